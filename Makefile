@@ -1,0 +1,47 @@
+# reasonwire — every target does its own set-up on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+FIXTURES ?= $(abspath ../shared/fixtures)
+
+.DEFAULT_GOAL := help
+.PHONY: help install test test-unit run translate-samples clean
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install reasonwire with its test dependencies
+
+test: $(STAMP) ## run every test (unit, conformance, integration), set-up included
+	$(PY) -m pytest -q
+
+test-unit: $(STAMP) ## run the tests that need no services
+	$(PY) -m pytest -q -m "not integration"
+
+run: translate-samples ## the main job: translate the sample provider streams and show the result
+
+translate-samples: $(STAMP) ## run `reasonwire translate` over every sample stream in ../shared/fixtures
+	@mkdir -p out
+	@for dir in $(FIXTURES)/*/; do \
+	  grammar=$$(basename $$dir); \
+	  for f in $$dir*.jsonl; do \
+	    name=$$(basename $$f .jsonl); \
+	    if $(VENV)/bin/reasonwire translate --provider $$grammar $$f --artefacts out/$$grammar.$$name.artefacts.jsonl > out/$$grammar.$$name.events.jsonl 2>out/$$grammar.$$name.log; then \
+	      printf '== %s/%s: %s AG-UI events, %s artefacts\n' $$grammar $$name $$(wc -l < out/$$grammar.$$name.events.jsonl) $$(wc -l < out/$$grammar.$$name.artefacts.jsonl); \
+	      cut -c1-150 out/$$grammar.$$name.events.jsonl | sed 's/^/   /'; \
+	    else \
+	      printf '== %s/%s: %s\n' $$grammar $$name "$$(tail -1 out/$$grammar.$$name.log)"; \
+	    fi; \
+	  done; \
+	done
+
+clean: ## remove the virtualenv and outputs
+	rm -rf $(VENV) out .pytest_cache

@@ -1,0 +1,31 @@
+"""Provider stream grammars reasonwire understands (the ``rw-provider`` header values).
+
+A grammar names a wire format, not a vendor: Gemini has two (generateContent
+chunks and Interactions step events) and each needs its own translator.
+"""
+
+from enum import StrEnum
+
+
+class Grammar(StrEnum):
+    """The wire grammar of one provider stream; the value is its stable wire name."""
+
+    OPENAI_RESPONSES = "openai-responses"
+    ANTHROPIC_MESSAGES = "anthropic-messages"
+    GEMINI_GENERATE_CONTENT = "gemini-generate-content"
+    GEMINI_INTERACTIONS = "gemini-interactions"
+    BEDROCK_CONVERSE = "bedrock-converse"
+
+    @property
+    def provider_name(self) -> str:
+        """The OTel GenAI ``gen_ai.provider.name`` / AG-UI ``TokenUsage.provider`` label."""
+        return _PROVIDER_NAMES[self]
+
+
+_PROVIDER_NAMES = {
+    Grammar.OPENAI_RESPONSES: "openai",
+    Grammar.ANTHROPIC_MESSAGES: "anthropic",
+    Grammar.GEMINI_GENERATE_CONTENT: "gcp.gemini",
+    Grammar.GEMINI_INTERACTIONS: "gcp.gemini",
+    Grammar.BEDROCK_CONVERSE: "aws.bedrock",
+}

@@ -1,0 +1,17 @@
+"""Kafka topic names (DESIGN.md, "The flow"). The ``.v1`` suffix is the contract version:
+a breaking change to a record shape gets a new topic, never an in-place edit."""
+
+from typing import Final
+
+RAW: Final = "reasoning.raw.v1"
+"""Provider event bytes, unchanged, one event per record; key = run id."""
+EVENTS: Final = "reasoning.events.v1"
+"""Full AG-UI event stream for trusted services; key = run id."""
+EVENTS_PUBLIC: Final = "reasoning.events.public.v1"
+"""Audience-filtered AG-UI stream for end-user UIs: never an encrypted value or rawEvent."""
+USAGE: Final = "reasoning.usage.v1"
+"""One :class:`contracts.usage.UsageRecord` per finished run."""
+DLQ: Final = "reasoning.dlq.v1"
+"""Bad input: the original bytes and headers plus a reason header."""
+
+ALL: Final = (RAW, EVENTS, EVENTS_PUBLIC, USAGE, DLQ)

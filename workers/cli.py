@@ -1,0 +1,105 @@
+"""The ``reasonwire`` command line: the sans-I/O core offline, and the worker entry points.
+
+``reasonwire translate --provider GRAMMAR [FILE|-]`` reads one provider event per
+line (or a raw SSE capture), writes AG-UI 1.0 events as JSONL to stdout, and
+with ``--artefacts PATH`` the artefact records as JSONL. Warnings go to stderr
+without content (P8). Exit status: 0 when the input was translated (an
+interrupted or provider-failed run is still a translation), 1 when an event was
+malformed (R7: the run ends with ``RUN_ERROR`` and the line is named), 2 for
+unusable arguments or unreadable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import BinaryIO, TextIO
+
+from contracts.grammars import Grammar
+from workers.core.translator import Translation, Translator
+from workers.core.wire import event_json, record_json
+from workers.sse import read_events
+from workers.translators import implemented, translator_for
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "command"):
+        parser.print_help()
+        return 2
+    return int(args.command(args))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="reasonwire", description="Reasoning backbone: provider streams → AG-UI.")
+    sub = parser.add_subparsers()
+    tr = sub.add_parser("translate", help="translate one provider stream to AG-UI events (offline)")
+    tr.add_argument("--provider", required=True, choices=[g.value for g in Grammar], help="the stream's grammar")
+    tr.add_argument("--artefacts", metavar="PATH", help="write artefact records (JSONL) here")
+    tr.add_argument("--run-id", help="run id (default: the provider's response id)")
+    tr.add_argument("--thread-id", help="thread id (default: the run id)")
+    tr.add_argument("--model", help="model, when the stream does not name it")
+    tr.add_argument("--issuer-scope", help="account/key/region the provider binds artefacts to")
+    tr.add_argument("input", nargs="?", default="-", help="capture file, or - for stdin (default)")
+    tr.set_defaults(command=_translate)
+    return parser
+
+
+def _translate(args: argparse.Namespace) -> int:
+    if Grammar(args.provider) not in implemented():
+        print(f"reasonwire: no translator for {args.provider!r} yet", file=sys.stderr)
+        return 2
+    translator = translator_for(
+        args.provider,
+        run_id=args.run_id,
+        thread_id=args.thread_id,
+        model=args.model,
+        issuer_scope=args.issuer_scope,
+    )
+    try:
+        source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        print(f"reasonwire: cannot read {args.input}: {exc.strerror}", file=sys.stderr)
+        return 2
+    artefacts = open(args.artefacts, "wb") if args.artefacts else None  # noqa: SIM115
+    try:
+        return _run(translator, source, sys.stdout.buffer, artefacts)
+    except UnicodeDecodeError as exc:
+        print(f"reasonwire: {args.input} is not UTF-8 text ({exc.reason} at byte {exc.start})", file=sys.stderr)
+        return 2
+    finally:
+        if source is not sys.stdin:
+            source.close()
+        if artefacts is not None:
+            artefacts.close()
+
+
+def _run(translator: Translator, source: TextIO, out: BinaryIO, artefacts: BinaryIO | None) -> int:
+    status = 0
+    for event in read_events(source):
+        translation = translator.feed(event.data, sse_event=event.sse_event)
+        status = max(status, _emit(translation, out, artefacts, input_line=event.line))
+    status = max(status, _emit(translator.finish(), out, artefacts, input_line=None))
+    out.flush()
+    return status
+
+
+def _emit(translation: Translation, out: BinaryIO, artefacts: BinaryIO | None, *, input_line: int | None) -> int:
+    for event in translation.events:
+        out.write(event_json(event) + b"\n")
+    if artefacts is not None:
+        for record in translation.artefacts:
+            artefacts.write(record_json(record) + b"\n")
+    where = f"input line {input_line}" if input_line is not None else "end of input"
+    for warning in translation.warnings:
+        print(f"reasonwire: warning: {where}: {warning.message}", file=sys.stderr)
+    if translation.rejection is not None:
+        print(f"reasonwire: error: {where}: {translation.rejection.reason}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

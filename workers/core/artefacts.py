@@ -1,0 +1,86 @@
+"""The artefact ledger: opaque values between arrival and the close of their unit.
+
+A provider often sends the opaque value before the unit it belongs to is
+finished (Anthropic's ``signature_delta`` comes just before ``content_block_stop``;
+a Bedrock signature before ``contentBlockStop``). The ledger holds it until the
+unit closes, then emits it once as ``REASONING_ENCRYPTED_VALUE`` and as a
+complete :class:`~contracts.artefacts.ArtefactRecord`. If the run ends first, the
+held values become records marked incomplete — stored so nothing is lost, never
+announced to the client and never replayable (P5). One behaviour for every
+grammar, in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from contracts.artefacts import ArtefactRecord, ArtefactSubtype, Issuer, NativeBlock
+from workers.core.discipline import StreamDiscipline
+
+
+@dataclass
+class HeldArtefact:
+    """A value whose unit is still open; the translator may still fill in ``native``."""
+
+    kind: str
+    subtype: ArtefactSubtype
+    entity_id: str
+    value: str
+    native: NativeBlock
+
+
+class ArtefactLedger:
+    """Turns opaque values into AG-UI events and artefact records, once each (R3)."""
+
+    def __init__(self, discipline: StreamDiscipline, issuer: Issuer) -> None:
+        self._run = discipline
+        self._issuer = issuer
+        self._held: dict[Hashable, HeldArtefact] = {}
+        self._records: list[ArtefactRecord] = []
+
+    def drain(self) -> list[ArtefactRecord]:
+        out, self._records = self._records, []
+        return out
+
+    def hold(self, key: Hashable, artefact: HeldArtefact) -> None:
+        """Keep a value until its unit closes. A second value for the same unit replaces
+        the first: providers *assign* signatures (the Anthropic SDK does), never append."""
+        self._held[key] = artefact
+
+    def held(self, key: Hashable) -> HeldArtefact | None:
+        return self._held.get(key)
+
+    def release(self, key: Hashable, **native_updates: Any) -> None:
+        """The unit closed: emit the held value (if any) as event and complete record."""
+        held = self._held.pop(key, None)
+        if held is None:
+            return
+        if native_updates:
+            held.native = held.native.model_copy(update=native_updates)
+        self.emit(held)
+
+    def emit(self, artefact: HeldArtefact) -> None:
+        """Emit a value whose unit is already complete (e.g. Anthropic redacted thinking)."""
+        self._run.encrypted_value(artefact.subtype, artefact.entity_id, artefact.value)
+        self._records.append(self._record(artefact, complete=True))
+
+    def abandon_all(self) -> None:
+        """The run ended with units open: keep their values as incomplete records."""
+        for held in self._held.values():
+            self._records.append(self._record(held, complete=False))
+        self._held.clear()
+
+    def _record(self, artefact: HeldArtefact, *, complete: bool) -> ArtefactRecord:
+        return ArtefactRecord(
+            kind=artefact.kind,
+            subtype=artefact.subtype,
+            entity_id=artefact.entity_id,
+            value=artefact.value,
+            issuer=self._issuer,
+            native=artefact.native,
+            run_id=self._run.run_id,
+            thread_id=self._run.thread_id,
+            complete=complete,
+        )

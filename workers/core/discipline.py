@@ -1,0 +1,347 @@
+"""Producer discipline for one AG-UI run: the only place that opens and closes anything.
+
+Theory of operation
+-------------------
+A translator never builds a lifecycle event itself. It names the provider unit it
+is working on with a *key* of its own (``("block", 3)``, ``("item", "rs_…")``) and
+asks this object to open, extend or close it; the discipline maps keys to AG-UI
+ids and keeps the bookkeeping that makes the stream valid by construction:
+
+* R1 spans: a span key or id that is open cannot be opened again; every span is
+  closed before ``RUN_FINISHED`` / ``RUN_ERROR``; closing something that is not
+  open is refused. A span may hold several reasoning messages; closing a span
+  closes its messages first.
+* R2 messages: reasoning messages are ``START``/``CONTENT``/``END`` with role
+  ``reasoning`` inside an open span; empty deltas are dropped, never emitted.
+* ids are unique within the run (an id once used is never reused, AGUI104/205),
+  and a ``REASONING_ENCRYPTED_VALUE`` may only name an entity this run opened.
+* after the terminal event nothing more is emitted.
+
+A unit closed because the run ended abnormally carries
+``metadata.reasonwire.incomplete = true`` on its end event, so a consumer can
+tell partial reasoning or text from a finished one.
+
+A request that would break a rule raises :class:`DisciplineViolation`; the
+translator turns that into ``RUN_ERROR`` (see ``workers.core.translator``), so
+even a provider stream that breaks its own grammar yields a valid AG-UI stream.
+
+Tool calls whose arguments are not complete JSON when a run fails are left
+unterminated rather than ended: ``TOOL_CALL_END`` asserts the arguments are
+whole (AGUI204), and an interrupted call's arguments are not. They are listed
+on the ``RUN_ERROR`` metadata instead (``reasonwire.incompleteToolCallIds``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from ag_ui.core import (
+    BaseEvent,
+    ReasoningEncryptedValueEvent,
+    ReasoningEndEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    TokenUsage,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallStartEvent,
+)
+from ag_ui.core.events import RunFinishedSuccessOutcome
+
+from contracts.artefacts import ArtefactSubtype
+
+METADATA_KEY = "reasonwire"
+"""Our namespace inside AG-UI ``metadata`` (the key ``ag-ui`` is reserved by the protocol)."""
+
+PROTOCOL_VERSION = "1.0"
+
+
+class DisciplineViolation(Exception):
+    """A request that would make the AG-UI stream break R1/R2; the run fails instead."""
+
+
+class UnitKind(Enum):
+    SPAN = "span"
+    REASONING = "reasoning message"
+    TEXT = "text message"
+    TOOL_CALL = "tool call"
+
+
+@dataclass
+class _OpenUnit:
+    kind: UnitKind
+    agui_id: str
+    parent: Hashable | None = None
+    args: list[str] = field(default_factory=list)  # tool calls only: to judge completeness
+
+
+class RunPhase(Enum):
+    NOT_STARTED = "not started"
+    RUNNING = "running"
+    ENDED = "ended"
+
+
+class StreamDiscipline:
+    """Owns run, span, message and tool-call bookkeeping for one run (R1, R2)."""
+
+    def __init__(self, *, run_id: str, thread_id: str) -> None:
+        self.run_id = run_id
+        self.thread_id = thread_id
+        self.phase = RunPhase.NOT_STARTED
+        self._open: dict[Hashable, _OpenUnit] = {}
+        self._used_ids: set[str] = set()
+        self._out: list[BaseEvent] = []
+        self.reasoning_messages = 0
+        self.tool_calls = 0
+        self.text_messages = 0
+        self.text_seen = False
+        """Whether visible answer text (a non-empty text delta) has been emitted yet."""
+
+    # -- output ---------------------------------------------------------------
+
+    def drain(self) -> list[BaseEvent]:
+        """Hand over the events emitted since the last drain."""
+        out, self._out = self._out, []
+        return out
+
+    def is_open(self, key: Hashable) -> bool:
+        return key in self._open
+
+    def agui_id(self, key: Hashable) -> str:
+        """The AG-UI id an open unit was given."""
+        return self._unit(key, None).agui_id
+
+    def knows_id(self, agui_id: str) -> bool:
+        return agui_id in self._used_ids
+
+    # -- run ------------------------------------------------------------------
+
+    def start_run(self, *, metadata: dict[str, Any] | None = None) -> None:
+        if self.phase is not RunPhase.NOT_STARTED:
+            raise DisciplineViolation(f"run {self.run_id!r} already {self.phase.value}")
+        self.phase = RunPhase.RUNNING
+        self._out.append(
+            RunStartedEvent(
+                thread_id=self.thread_id,
+                run_id=self.run_id,
+                protocol_version=PROTOCOL_VERSION,
+                metadata=_meta(metadata),
+            )
+        )
+
+    def finish_run(
+        self,
+        *,
+        usage: TokenUsage | None = None,
+        metadata: dict[str, Any] | None = None,
+        pending_tool_call_ids: list[str] | None = None,
+    ) -> None:
+        """Close everything still open, then ``RUN_FINISHED`` (R1)."""
+        self._require_running()
+        self._close_all(abnormal=False)
+        outcome = RunFinishedSuccessOutcome(pending_tool_call_ids=pending_tool_call_ids or None)
+        self._out.append(
+            RunFinishedEvent(
+                thread_id=self.thread_id,
+                run_id=self.run_id,
+                outcome=outcome,
+                usage=[usage] if usage is not None else None,
+                metadata=_meta(metadata),
+            )
+        )
+        self.phase = RunPhase.ENDED
+
+    def fail_run(
+        self,
+        *,
+        message: str,
+        code: str,
+        usage: TokenUsage | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        """Close what can be closed validly, then ``RUN_ERROR`` (R1, R7)."""
+        if self.phase is RunPhase.ENDED:
+            raise DisciplineViolation(f"run {self.run_id!r} already ended")
+        if self.phase is RunPhase.NOT_STARTED:
+            self.start_run()
+        incomplete = self._close_all(abnormal=True)
+        extra = dict(metadata or {})
+        if incomplete:
+            extra["incompleteToolCallIds"] = incomplete
+        self._out.append(
+            RunErrorEvent(
+                message=message,
+                code=code,
+                usage=[usage] if usage is not None else None,
+                metadata=_meta(extra),
+            )
+        )
+        self.phase = RunPhase.ENDED
+
+    # -- spans and reasoning messages (R1, R2) ---------------------------------
+
+    def open_span(self, key: Hashable, span_id: str) -> None:
+        self._open_unit(key, _OpenUnit(UnitKind.SPAN, span_id))
+        self._out.append(ReasoningStartEvent(message_id=span_id))
+
+    def close_span(self, key: Hashable) -> None:
+        span = self._unit(key, UnitKind.SPAN)
+        for child_key in [k for k, u in self._open.items() if u.parent == key]:
+            self._close(child_key)
+        del self._open[key]
+        self._out.append(ReasoningEndEvent(message_id=span.agui_id))
+
+    def start_reasoning(
+        self,
+        key: Hashable,
+        message_id: str,
+        *,
+        span: Hashable,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        self._unit(span, UnitKind.SPAN)
+        self._open_unit(key, _OpenUnit(UnitKind.REASONING, message_id, parent=span))
+        self.reasoning_messages += 1
+        self._out.append(ReasoningMessageStartEvent(message_id=message_id, metadata=_meta(metadata)))
+
+    def reasoning_content(self, key: Hashable, delta: str) -> None:
+        unit = self._unit(key, UnitKind.REASONING)
+        if delta:  # R2: no empty deltas
+            self._out.append(ReasoningMessageContentEvent(message_id=unit.agui_id, delta=delta))
+
+    def end_reasoning(self, key: Hashable) -> None:
+        self._unit(key, UnitKind.REASONING)
+        self._close(key)
+
+    def encrypted_value(self, subtype: ArtefactSubtype, entity_id: str, value: str) -> None:
+        """``REASONING_ENCRYPTED_VALUE`` naming an entity this run opened (R3, R6)."""
+        self._require_running()
+        if entity_id not in self._used_ids:
+            raise DisciplineViolation(f"encrypted value names unknown {subtype.value} {entity_id!r}")
+        self._out.append(
+            ReasoningEncryptedValueEvent(subtype=subtype.value, entity_id=entity_id, encrypted_value=value)
+        )
+
+    # -- answer text ------------------------------------------------------------
+
+    def start_text(self, key: Hashable, message_id: str, *, metadata: dict[str, Any] | None = None) -> None:
+        self._open_unit(key, _OpenUnit(UnitKind.TEXT, message_id))
+        self.text_messages += 1
+        self._out.append(TextMessageStartEvent(message_id=message_id, role="assistant", metadata=_meta(metadata)))
+
+    def text_content(self, key: Hashable, delta: str) -> None:
+        unit = self._unit(key, UnitKind.TEXT)
+        if delta:
+            self.text_seen = True
+            self._out.append(TextMessageContentEvent(message_id=unit.agui_id, delta=delta))
+
+    def end_text(self, key: Hashable) -> None:
+        self._unit(key, UnitKind.TEXT)
+        self._close(key)
+
+    # -- tool calls -------------------------------------------------------------
+
+    def start_tool_call(
+        self,
+        key: Hashable,
+        tool_call_id: str,
+        name: str,
+        *,
+        parent_message_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        self._open_unit(key, _OpenUnit(UnitKind.TOOL_CALL, tool_call_id))
+        self.tool_calls += 1
+        self._out.append(
+            ToolCallStartEvent(
+                tool_call_id=tool_call_id,
+                tool_call_name=name,
+                parent_message_id=parent_message_id,
+                metadata=_meta(metadata),
+            )
+        )
+
+    def tool_call_args(self, key: Hashable, delta: str) -> None:
+        unit = self._unit(key, UnitKind.TOOL_CALL)
+        if delta:
+            unit.args.append(delta)
+            self._out.append(ToolCallArgsEvent(tool_call_id=unit.agui_id, delta=delta))
+
+    def end_tool_call(self, key: Hashable) -> None:
+        self._unit(key, UnitKind.TOOL_CALL)
+        self._close(key)
+
+    # -- internals --------------------------------------------------------------
+
+    def _require_running(self) -> None:
+        if self.phase is not RunPhase.RUNNING:
+            raise DisciplineViolation(f"run {self.run_id!r} is {self.phase.value}")
+
+    def _open_unit(self, key: Hashable, unit: _OpenUnit) -> None:
+        self._require_running()
+        if key in self._open:
+            raise DisciplineViolation(f"{unit.kind.value} {key!r} is already open")
+        if unit.agui_id in self._used_ids:
+            raise DisciplineViolation(f"id {unit.agui_id!r} was already used in this run")
+        self._used_ids.add(unit.agui_id)
+        self._open[key] = unit
+
+    def _unit(self, key: Hashable, kind: UnitKind | None) -> _OpenUnit:
+        self._require_running()
+        unit = self._open.get(key)
+        if unit is None:
+            raise DisciplineViolation(f"{kind.value if kind else 'unit'} {key!r} is not open")
+        if kind is not None and unit.kind is not kind:
+            raise DisciplineViolation(f"{key!r} is a {unit.kind.value}, not a {kind.value}")
+        return unit
+
+    def _close(self, key: Hashable, *, incomplete: bool = False) -> None:
+        """Emit the unit's end event; ``incomplete`` marks a close forced by an abnormal end."""
+        unit = self._open.pop(key)
+        meta = _meta({"incomplete": True}) if incomplete else None
+        if unit.kind is UnitKind.REASONING:
+            self._out.append(ReasoningMessageEndEvent(message_id=unit.agui_id, metadata=meta))
+        elif unit.kind is UnitKind.TEXT:
+            self._out.append(TextMessageEndEvent(message_id=unit.agui_id, metadata=meta))
+        elif unit.kind is UnitKind.TOOL_CALL:
+            self._out.append(ToolCallEndEvent(tool_call_id=unit.agui_id, metadata=meta))
+        else:
+            self._out.append(ReasoningEndEvent(message_id=unit.agui_id, metadata=meta))
+
+    def _close_all(self, *, abnormal: bool) -> list[str]:
+        """Close every open unit, innermost first; returns tool calls left unterminated."""
+        left_open: list[str] = []
+        for key in reversed(list(self._open)):
+            unit = self._open[key]
+            if abnormal and unit.kind is UnitKind.TOOL_CALL and not _is_json("".join(unit.args)):
+                del self._open[key]
+                left_open.append(unit.agui_id)
+                continue
+            self._close(key, incomplete=abnormal)
+        return left_open
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _meta(values: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Wrap our extra facts under the ``reasonwire`` metadata key, or omit metadata."""
+    kept = {k: v for k, v in (values or {}).items() if v is not None}
+    return {METADATA_KEY: kept} if kept else None

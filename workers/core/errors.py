@@ -1,0 +1,42 @@
+"""Errors of the sans-I/O core. Their messages name fields and lines, never values (P8)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+class ProviderGrammarError(Exception):
+    """A provider stream broke its own grammar (R7): the run ends with ``RUN_ERROR``.
+
+    ``line`` is the 1-based position of the offending event in the run; the
+    translator fills it in when the handler does not know it.
+    """
+
+    def __init__(self, reason: str, *, line: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.line = line
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.reason}" if self.line is not None else self.reason
+
+
+def require(obj: Any, key: str, kind: type | tuple[type, ...], *, where: str) -> Any:
+    """``obj[key]`` if it is a ``kind``, else a :class:`ProviderGrammarError` naming the field.
+
+    Handlers use this instead of indexing so that a malformed known event becomes
+    a clear R7 error rather than a bare ``KeyError`` from deep inside.
+    """
+    value = obj.get(key) if isinstance(obj, Mapping) else None
+    if not isinstance(value, kind) or isinstance(value, bool) and kind in (int, (int,)):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise ProviderGrammarError(f"{where}: field {key!r} missing or not {names}")
+    return value
+
+
+def optional(obj: Any, key: str, kind: type | tuple[type, ...], *, where: str) -> Any:
+    """Like :func:`require`, but an absent or null field is ``None``."""
+    if not isinstance(obj, Mapping) or obj.get(key) is None:
+        return None
+    return require(obj, key, kind, where=where)

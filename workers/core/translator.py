@@ -1,0 +1,336 @@
+"""The translator base: one provider run in, AG-UI events and artefact records out.
+
+Theory of operation
+-------------------
+A translator is a plain object fed one raw provider event at a time
+(:meth:`Translator.feed`) and told when input ends (:meth:`Translator.finish`) or
+the connection dropped (:meth:`Translator.abort`). Each call returns a
+:class:`Translation`: the AG-UI events to publish, the artefact records to
+store, warnings to log and count, and — if the input was malformed — the
+:class:`Rejection` that tells the caller to dead-letter it. No I/O happens here.
+
+Everything every grammar does the same way lives in this class, once:
+
+* parsing (bytes → JSON object); a line that is not a JSON object is a malformed
+  event (R7): ``RUN_ERROR``, rejection, nothing else lost;
+* dispatch through the subclass's ``HANDLERS`` table keyed by the provider's
+  event type; a type not in the table is an unknown event (P3): warned,
+  counted, skipped, open units untouched;
+* a :class:`ProviderGrammarError` or :class:`DisciplineViolation` from a
+  handler ends the run with ``RUN_ERROR`` naming the line (R7);
+* input that ends without the provider's terminal event is an interrupted run:
+  open units closed, held artefacts kept as incomplete records, ``RUN_ERROR``
+  with code ``interrupted``;
+* events after the run ended are warned about and ignored;
+* usage normalization into AG-UI ``TokenUsage`` on the terminal event.
+
+Translators are deterministic: the same input gives the same events and ids,
+which is what lets a worker that takes over a run re-feed it and skip what was
+already published.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+import orjson
+from ag_ui.core import BaseEvent, TokenUsage
+
+from contracts.artefacts import ArtefactRecord, Issuer
+from contracts.grammars import Grammar
+from contracts.usage import TokenCounts, UsageRecord
+from workers.core.artefacts import ArtefactLedger
+from workers.core.discipline import DisciplineViolation, RunPhase, StreamDiscipline
+from workers.core.errors import ProviderGrammarError
+
+
+class RunEnd(StrEnum):
+    """How a run ended (expected.json ``end.kind``)."""
+
+    FINISHED = "finished"
+    ERROR = "error"
+    INTERRUPTED = "interrupted"
+
+
+class ErrorCode(StrEnum):
+    """``RUN_ERROR.code`` values reasonwire emits."""
+
+    INTERRUPTED = "interrupted"
+    """Input ended or the connection dropped before the provider's terminal event."""
+    PROVIDER_ERROR = "provider_error"
+    """The provider reported an error in the stream."""
+    MALFORMED_EVENT = "malformed_event"
+    """An event was not JSON, or a known event missed a required field (R7)."""
+    INACTIVITY_TIMEOUT = "inactivity_timeout"
+    """The ingress went silent longer than the configured timeout."""
+
+
+@dataclass(frozen=True)
+class TranslatorWarning:
+    """Something skipped or suspicious; safe to log (no content, P8)."""
+
+    code: str
+    message: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """The input event that ended the run as malformed: dead-letter it (R7)."""
+
+    line: int
+    reason: str
+
+
+@dataclass
+class Translation:
+    """What one call into a translator produced."""
+
+    events: list[BaseEvent] = field(default_factory=list)
+    artefacts: list[ArtefactRecord] = field(default_factory=list)
+    warnings: list[TranslatorWarning] = field(default_factory=list)
+    rejection: Rejection | None = None
+
+
+Handler = Callable[[Any, dict[str, Any]], None]
+
+
+class Translator:
+    """Base of every grammar's translator; subclasses supply ``HANDLERS`` and hooks."""
+
+    grammar: ClassVar[Grammar]
+    HANDLERS: ClassVar[Mapping[str, Handler]]
+    """Provider event type → handler. Anything not here is an unknown event (P3)."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        model: str | None = None,
+        issuer_scope: str | None = None,
+    ) -> None:
+        self._run_id = run_id
+        self._thread_id = thread_id
+        self.model = model
+        self.issuer_scope = issuer_scope
+        self.response_id: str | None = None
+        self.line = 0
+        self.counters: Counter[str] = Counter()
+        self.tokens = TokenCounts()
+        self.end: RunEnd | None = None
+        self.stop_reason: str | None = None
+        self._run: StreamDiscipline | None = None
+        self._ledger: ArtefactLedger | None = None
+        self._warnings: list[TranslatorWarning] = []
+        self._deferred_end: dict[str, Any] | None = None
+        self._first_at_ms: float | None = None
+        self.time_to_first_reasoning_ms: float | None = None
+        self.time_to_first_text_ms: float | None = None
+
+    # -- public API ---------------------------------------------------------------
+
+    @property
+    def run(self) -> StreamDiscipline:
+        if self._run is None:
+            raise RuntimeError("the run has not started: feed an event first")
+        return self._run
+
+    @property
+    def artefacts(self) -> ArtefactLedger:
+        if self._ledger is None:
+            raise RuntimeError("the run has not started: feed an event first")
+        return self._ledger
+
+    @property
+    def ended(self) -> bool:
+        return self._run is not None and self._run.phase is RunPhase.ENDED
+
+    def feed(self, raw: bytes | str, *, sse_event: str | None = None, at_ms: float | None = None) -> Translation:
+        """Translate one provider event (the SSE ``data:`` payload, unchanged)."""
+        self.line += 1
+        if self.ended:
+            self._warn("event_after_end", "event after the end of the run ignored")
+            return self._collect()
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            obj = None
+        if self._run is None:
+            self._start(obj if isinstance(obj, dict) else None, raw)
+        if at_ms is not None and self._first_at_ms is None:
+            self._first_at_ms = at_ms
+        if not isinstance(obj, dict):
+            return self._reject("event is not a JSON object")
+        event_type = self.event_type(obj, sse_event)
+        handler = self.HANDLERS.get(event_type) if event_type is not None else None
+        if handler is None:
+            self.counters["unknown_events"] += 1
+            self._warn("unknown_event", f"unknown {self.grammar.value} event type {event_type!r} skipped")
+            return self._collect()
+        try:
+            handler(self, obj)
+        except (ProviderGrammarError, DisciplineViolation) as exc:
+            reason = exc.reason if isinstance(exc, ProviderGrammarError) else f"stream discipline: {exc}"
+            return self._reject(f"{event_type}: {reason}" if not reason.startswith(event_type) else reason)
+        self._note_timing(at_ms)
+        return self._collect()
+
+    def finish(self) -> Translation:
+        """End of input. Without the provider's terminal event the run was interrupted."""
+        if self._run is None:
+            self._start(None, b"")
+        if not self.ended:
+            if self._deferred_end is not None:
+                self._finish_now(**self._deferred_end)
+            else:
+                self._interrupt("stream ended before the provider's terminal event")
+        return self._collect()
+
+    def abort(self, reason: str = "the connection to the provider dropped", *, code: ErrorCode = ErrorCode.INTERRUPTED) -> Translation:
+        """The ingress lost the stream (or went silent): close the run as interrupted."""
+        if self._run is None:
+            self._start(None, b"")
+        if not self.ended:
+            if self._deferred_end is not None:
+                self._finish_now(**self._deferred_end)
+            else:
+                self._interrupt(reason, code=code)
+        return self._collect()
+
+    def usage_record(self, *, tenant: str | None = None) -> UsageRecord:
+        """The run's usage record for ``reasoning.usage.v1`` (P6); call after the end."""
+        return UsageRecord(
+            run_id=self.run.run_id,
+            thread_id=self.run.thread_id,
+            tenant=tenant,
+            grammar=self.grammar,
+            model=self.model,
+            tokens=self.tokens,
+            end=(self.end or RunEnd.INTERRUPTED).value,
+            stop_reason=self.stop_reason,
+            reasoning_blocks=self.run.reasoning_messages,
+            tool_calls=self.run.tool_calls,
+            time_to_first_reasoning_ms=self.time_to_first_reasoning_ms,
+            time_to_first_text_ms=self.time_to_first_text_ms,
+        )
+
+    # -- hooks for subclasses --------------------------------------------------------
+
+    def event_type(self, obj: dict[str, Any], sse_event: str | None) -> str | None:
+        """The provider's discriminator for this event (default: its ``type`` field)."""
+        value = obj.get("type", sse_event)
+        return value if isinstance(value, str) else None
+
+    def stream_identity(self, obj: dict[str, Any]) -> tuple[str | None, str | None]:
+        """(response id, model) if this first event carries them; they seed default ids."""
+        return None, None
+
+    # -- helpers for subclasses ------------------------------------------------------
+
+    def mint(self, role: str, unit: object) -> str:
+        """A deterministic AG-UI id for a provider unit: ``<response>:<role>:<unit>``."""
+        return f"{self.response_id or self.run.run_id}:{role}:{unit}"
+
+    def finish_run(self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None = None) -> None:
+        """The provider's terminal event arrived: close the run as finished."""
+        self._finish_now(stop_reason=stop_reason, pending_tool_call_ids=pending_tool_call_ids)
+
+    def defer_finish(self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None = None) -> None:
+        """The terminal event arrived but a trailer (usage) may follow: finish on it or at EOF."""
+        self.stop_reason = stop_reason
+        self._deferred_end = {"stop_reason": stop_reason, "pending_tool_call_ids": pending_tool_call_ids}
+
+    def complete_deferred_finish(self) -> None:
+        if self._deferred_end is not None:
+            self._finish_now(**self._deferred_end)
+
+    def provider_error(self, message: str, *, provider_code: str | None = None) -> None:
+        """The provider reported an error in the stream: ``RUN_ERROR`` after closing (R1)."""
+        self.end = RunEnd.ERROR
+        self.artefacts.abandon_all()
+        meta = {"grammar": self.grammar.value, "providerCode": provider_code} if provider_code else None
+        self.run.fail_run(message=message, code=ErrorCode.PROVIDER_ERROR, usage=self._token_usage(), metadata=meta)
+
+    # -- internals -----------------------------------------------------------------
+
+    def _start(self, obj: dict[str, Any] | None, raw: bytes | str) -> None:
+        response_id, model = self.stream_identity(obj) if obj is not None else (None, None)
+        self.response_id = response_id
+        self.model = self.model or model
+        run_id = self._run_id or response_id or _fallback_run_id(raw)
+        self._run = StreamDiscipline(run_id=run_id, thread_id=self._thread_id or run_id)
+        self._ledger = ArtefactLedger(
+            self._run, Issuer(grammar=self.grammar, model=self.model, scope=self.issuer_scope)
+        )
+        self._run.start_run(metadata={"grammar": self.grammar.value, "model": self.model})
+
+    def _finish_now(self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None) -> None:
+        self.end = RunEnd.FINISHED
+        self.stop_reason = stop_reason
+        self._deferred_end = None
+        self.artefacts.abandon_all()
+        meta = {"stopReason": stop_reason} if stop_reason else None
+        self.run.finish_run(usage=self._token_usage(), metadata=meta, pending_tool_call_ids=pending_tool_call_ids)
+
+    def _interrupt(self, reason: str, *, code: ErrorCode = ErrorCode.INTERRUPTED) -> None:
+        self.end = RunEnd.INTERRUPTED
+        self.artefacts.abandon_all()
+        self.run.fail_run(message=reason, code=code, usage=self._token_usage())
+
+    def _reject(self, reason: str) -> Translation:
+        """R7: a malformed known event (or non-JSON input) is fatal for the run."""
+        self.end = RunEnd.ERROR
+        self.counters["malformed_events"] += 1
+        self.artefacts.abandon_all()
+        message = f"malformed {self.grammar.value} event at line {self.line}: {reason}"
+        self.run.fail_run(message=message, code=ErrorCode.MALFORMED_EVENT, usage=self._token_usage())
+        out = self._collect()
+        out.rejection = Rejection(line=self.line, reason=message)
+        return out
+
+    def _token_usage(self) -> TokenUsage | None:
+        t = self.tokens
+        if t.input_tokens is None and t.output_tokens is None:
+            return None
+        return TokenUsage(
+            provider=self.grammar.provider_name,
+            model=self.model,
+            input_tokens=t.input_tokens,
+            output_tokens=t.output_tokens,
+            total_tokens=t.total_tokens,
+            reasoning_tokens=t.reasoning_tokens,
+            cached_input_tokens=t.cached_input_tokens,
+            cache_write_input_tokens=t.cache_write_input_tokens,
+        )
+
+    def _note_timing(self, at_ms: float | None) -> None:
+        if at_ms is None or self._first_at_ms is None or self._run is None:
+            return
+        if self.time_to_first_reasoning_ms is None and self._run.reasoning_messages:
+            self.time_to_first_reasoning_ms = at_ms - self._first_at_ms
+        if self.time_to_first_text_ms is None and self._run.text_seen:
+            self.time_to_first_text_ms = at_ms - self._first_at_ms
+
+    def _warn(self, code: str, message: str) -> None:
+        self._warnings.append(TranslatorWarning(code=code, message=message, line=self.line))
+
+    def _collect(self) -> Translation:
+        out = Translation(
+            events=self.run.drain(),
+            artefacts=self.artefacts.drain(),
+            warnings=self._warnings,
+        )
+        self._warnings = []
+        return out
+
+
+def _fallback_run_id(raw: bytes | str) -> str:
+    """A deterministic run id when neither the caller nor the stream names one."""
+    data = raw.encode() if isinstance(raw, str) else raw
+    return "run-" + hashlib.sha256(data).hexdigest()[:16]

@@ -1,0 +1,46 @@
+"""One translator per provider grammar, and the registry the adapters choose from.
+
+The registry names each grammar's module and class; a module is imported the
+first time its grammar is asked for, so a process that only speaks one grammar
+never loads the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from functools import cache
+
+from contracts.grammars import Grammar
+from workers.core.translator import Translator
+
+_REGISTRY: dict[Grammar, tuple[str, str]] = {
+    Grammar.ANTHROPIC_MESSAGES: ("workers.translators.anthropic_messages", "AnthropicMessagesTranslator"),
+    Grammar.OPENAI_RESPONSES: ("workers.translators.openai_responses", "OpenAIResponsesTranslator"),
+    Grammar.GEMINI_GENERATE_CONTENT: ("workers.translators.gemini_generate_content", "GeminiGenerateContentTranslator"),
+    Grammar.GEMINI_INTERACTIONS: ("workers.translators.gemini_interactions", "GeminiInteractionsTranslator"),
+    Grammar.BEDROCK_CONVERSE: ("workers.translators.bedrock_converse", "BedrockConverseTranslator"),
+}
+
+
+def implemented() -> list[Grammar]:
+    """The grammars whose translator module is present."""
+    return [g for g, (module, _) in _REGISTRY.items() if importlib.util.find_spec(module) is not None]
+
+
+@cache
+def translator_class(grammar: Grammar | str) -> type[Translator]:
+    """The translator class for ``grammar``; ValueError naming the known ones if none."""
+    try:
+        module, name = _REGISTRY[Grammar(grammar)]
+    except (ValueError, KeyError):
+        raise ValueError(f"unknown grammar {str(grammar)!r} (known: {', '.join(g.value for g in Grammar)})") from None
+    if importlib.util.find_spec(module) is None:
+        raise ValueError(f"no translator for grammar {str(grammar)!r} yet")
+    cls: type[Translator] = getattr(importlib.import_module(module), name)
+    return cls
+
+
+def translator_for(grammar: Grammar | str, **kwargs: object) -> Translator:
+    """A fresh translator for one run of ``grammar``."""
+    return translator_class(grammar)(**kwargs)  # type: ignore[arg-type]
