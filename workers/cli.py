@@ -12,6 +12,7 @@ unusable arguments or unreadable input.
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from collections.abc import Sequence
 from typing import BinaryIO, TextIO
@@ -59,7 +60,11 @@ def _translate(args: argparse.Namespace) -> int:
         issuer_scope=args.issuer_scope,
     )
     try:
-        source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")  # noqa: SIM115
+        source = (
+            io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="strict")
+            if args.input == "-"
+            else open(args.input, encoding="utf-8")  # noqa: SIM115
+        )
     except OSError as exc:
         print(f"reasonwire: cannot read {args.input}: {exc.strerror}", file=sys.stderr)
         return 2
@@ -70,8 +75,7 @@ def _translate(args: argparse.Namespace) -> int:
         print(f"reasonwire: {args.input} is not UTF-8 text ({exc.reason} at byte {exc.start})", file=sys.stderr)
         return 2
     finally:
-        if source is not sys.stdin:
-            source.close()
+        source.close()
         if artefacts is not None:
             artefacts.close()
 
