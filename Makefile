@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FIXTURES ?= $(abspath ../shared/fixtures)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-unit run translate-samples clean
+.PHONY: help install services services-down test test-unit run translate-samples clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -20,8 +20,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install reasonwire with its test dependencies
 
-test: $(STAMP) ## run every test (unit, conformance, integration), set-up included
-	$(PY) -m pytest -q
+services: ## start Kafka (KRaft, from Maven Central) and Redis on 127.0.0.1, idempotent
+	bash deploy/services.sh up
+
+services-down: ## stop the local Kafka and Redis
+	bash deploy/services.sh down
+
+# Starts the services unless KAFKA_BOOTSTRAP_SERVERS / REDIS_URL name running ones,
+# and stops afterwards only what it started itself.
+test: $(STAMP) ## run every test (unit, conformance, integration), services included
+	@if bash deploy/services.sh status >/dev/null 2>&1; then started=no; else started=yes; fi; \
+	set -a; eval "$$(bash deploy/services.sh up)"; set +a; \
+	$(PY) -m pytest -q; rc=$$?; \
+	if [ "$$started" = yes ] && [ -z "$${KEEP_SERVICES:-}" ]; then bash deploy/services.sh down >/dev/null 2>&1 || true; fi; \
+	exit $$rc
 
 test-unit: $(STAMP) ## run the tests that need no services
 	$(PY) -m pytest -q -m "not integration"
