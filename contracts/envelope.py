@@ -5,6 +5,7 @@ provider event per record); everything reasonwire needs to route and attribute i
 travels in headers so the value is never re-encoded. Header values are UTF-8.
 """
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
@@ -40,3 +41,72 @@ class Control(StrEnum):
     """The provider stream ended; a run without a terminal event is interrupted."""
     ABORT = "abort"
     """The ingress saw the connection drop: close the run as interrupted."""
+
+
+@dataclass(frozen=True, slots=True)
+class RawEnvelope:
+    """The validated headers of one raw record; built by :func:`read_envelope`."""
+
+    grammar: str
+    run_id: str
+    thread_id: str
+    tenant: str
+    seq: int
+    model: str | None
+    issuer_scope: str | None
+    sse_event: str | None
+    control: Control | None
+
+
+class EnvelopeError(ValueError):
+    """The record's headers break this contract; the record is dead-lettered with this reason."""
+
+
+DEFAULT_TENANT: Final = "default"
+
+
+def read_envelope(headers: dict[str, bytes], known_grammars: frozenset[str]) -> RawEnvelope:
+    """Validate a raw record's headers at the boundary (contract ``reasoning.raw.v1``).
+
+    Required: ``rw-provider`` naming a known grammar, ``rw-run-id``, ``rw-seq`` (a
+    non-negative integer). ``rw-thread-id`` defaults to the run id and ``rw-tenant``
+    to ``default``.
+    """
+
+    def text(name: str) -> str | None:
+        value = headers.get(name)
+        if value is None:
+            return None
+        try:
+            decoded = value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise EnvelopeError(f"header {name} is not UTF-8") from None
+        return decoded or None
+
+    run_id = text(HEADER_RUN_ID)
+    if run_id is None:
+        raise EnvelopeError(f"missing header {HEADER_RUN_ID}")
+    grammar = text(HEADER_PROVIDER)
+    if grammar is None:
+        raise EnvelopeError(f"missing header {HEADER_PROVIDER}")
+    if grammar not in known_grammars:
+        raise EnvelopeError(f"unknown grammar {grammar!r} in {HEADER_PROVIDER}")
+    seq_text = text(HEADER_SEQ)
+    if seq_text is None or not seq_text.isdigit():
+        raise EnvelopeError(f"header {HEADER_SEQ} missing or not a non-negative integer")
+    control_text = text(HEADER_CONTROL)
+    try:
+        control = Control(control_text) if control_text is not None else None
+    except ValueError:
+        raise EnvelopeError(f"unknown control {control_text!r} in {HEADER_CONTROL}") from None
+    return RawEnvelope(
+        grammar=grammar,
+        run_id=run_id,
+        thread_id=text(HEADER_THREAD_ID) or run_id,
+        tenant=text(HEADER_TENANT) or DEFAULT_TENANT,
+        seq=int(seq_text),
+        model=text(HEADER_MODEL),
+        issuer_scope=text(HEADER_ISSUER_SCOPE),
+        sse_event=text(HEADER_SSE_EVENT),
+        control=control,
+    )

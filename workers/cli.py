@@ -45,7 +45,18 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--issuer-scope", help="account/key/region the provider binds artefacts to")
     tr.add_argument("input", nargs="?", default="-", help="capture file, or - for stdin (default)")
     tr.set_defaults(command=_translate)
+    worker = sub.add_parser("worker", help="run a Kafka worker (configured from the environment)")
+    worker_sub = worker.add_subparsers(required=True)
+    normalize = worker_sub.add_parser("normalize", help="reasoning.raw.v1 → AG-UI events, artefacts in Redis")
+    normalize.set_defaults(command=_normalize)
     return parser
+
+
+def _normalize(args: argparse.Namespace) -> int:
+    from workers.normalize import run  # imported here: `translate` needs no Kafka client
+
+    run()
+    return 0
 
 
 def _translate(args: argparse.Namespace) -> int:

@@ -262,7 +262,7 @@ class Translator:
     def _start(self, obj: dict[str, Any] | None, raw: bytes | str) -> None:
         response_id, model = self.stream_identity(obj) if obj is not None else (None, None)
         self.response_id = response_id
-        self.model = self.model or model
+        self.model = model or self.model  # what the stream says produced it wins over the request
         run_id = self._run_id or response_id or _fallback_run_id(raw)
         self._run = StreamDiscipline(run_id=run_id, thread_id=self._thread_id or run_id)
         self._ledger = ArtefactLedger(

@@ -97,7 +97,7 @@ class AnthropicMessagesTranslator(Translator):
         message = require(obj, "message", dict, where="message_start")
         if self.response_id is None:
             self.response_id = optional(message, "id", str, where="message_start.message")
-        self.model = self.model or optional(message, "model", str, where="message_start.message")
+        self.model = optional(message, "model", str, where="message_start.message") or self.model
         self._merge_usage(optional(message, "usage", dict, where="message_start.message"))
 
     def _on_message_delta(self, obj: dict[str, Any]) -> None:

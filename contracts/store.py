@@ -1,0 +1,44 @@
+"""Redis key layout (``rw:v1``): artefacts, the thread index, and open-run journals.
+
+Every key of one thread carries the hash tag ``{<tenant>/<thread>}`` so a thread
+lives in one Redis Cluster slot and a replay reads it with one slot's commands;
+journal keys are tagged by run. Components are percent-encoded so a tenant or
+id containing ``{``, ``}``, ``/`` or ``:`` cannot break the tag or collide.
+
+| key | type | holds | TTL |
+|---|---|---|---|
+| ``rw:v1:{t/th}:art:<entityId>`` | string | one :class:`ArtefactRecord` as JSON (value byte-exact) | artefact TTL |
+| ``rw:v1:{t/th}:index`` | list | entity ids of the thread's artefacts, in arrival order | artefact TTL |
+| ``rw:v1:{t/run}:journal`` | hash | ``<seq>`` → raw provider event of an *open* run | journal TTL |
+| ``rw:v1:{t/run}:ended`` | string | marker: the run ended; late duplicates are skipped | journal TTL |
+
+The journal exists only while a run is open (it is deleted when the run ends);
+it is operational state for takeover, not a retained copy of raw events.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+from urllib.parse import quote
+
+PREFIX: Final = "rw:v1"
+
+
+def _tag(*parts: str) -> str:
+    return "{" + "/".join(quote(p, safe="") for p in parts) + "}"
+
+
+def artefact_key(tenant: str, thread_id: str, entity_id: str) -> str:
+    return f"{PREFIX}:{_tag(tenant, thread_id)}:art:{quote(entity_id, safe='')}"
+
+
+def thread_index_key(tenant: str, thread_id: str) -> str:
+    return f"{PREFIX}:{_tag(tenant, thread_id)}:index"
+
+
+def journal_key(tenant: str, run_id: str) -> str:
+    return f"{PREFIX}:{_tag(tenant, run_id)}:journal"
+
+
+def ended_key(tenant: str, run_id: str) -> str:
+    return f"{PREFIX}:{_tag(tenant, run_id)}:ended"

@@ -1,0 +1,195 @@
+"""The normalizer worker: ``reasoning.raw.v1`` → translators → Redis and downstream topics.
+
+A thin FastStream adapter around :class:`workers.core.normalizer.Normalizer`; every
+decision lives there. Per poll (a batch of raw records): route and translate
+each record, write artefacts and journal entries in one Redis transaction,
+publish the outputs and wait for the broker's acknowledgement, then let
+FastStream commit the offsets (``AckPolicy.NACK_ON_ERROR``: an infrastructure
+failure rewinds to the batch's first record and retries; bad input never
+raises — it is dead-lettered). Offsets are therefore committed only after a
+record's outputs and Redis writes are done: at least once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+from faststream import AckPolicy, FastStream
+from faststream.kafka import KafkaBroker
+from faststream.kafka.annotations import KafkaMessage
+from redis.asyncio import Redis
+
+from contracts import topics
+from workers.core.normalizer import DeadLetter, Normalizer, RawRecord, Step, dead_letter
+from workers.settings import WorkerSettings
+from workers.store import ArtefactStore
+
+log = logging.getLogger("reasonwire.normalize")
+
+
+class NormalizerWorker:
+    """Owns the run table, the store and the broker for one worker process."""
+
+    def __init__(self, settings: WorkerSettings, broker: KafkaBroker, store: ArtefactStore) -> None:
+        self.settings = settings
+        self.broker = broker
+        self.store = store
+        self.normalizer = Normalizer()
+        self.lock = asyncio.Lock()
+        self.stats: dict[str, int] = {"records": 0, "events": 0, "artefacts": 0, "dead_letters": 0, "skipped": 0}
+
+    async def handle(self, records: Sequence[RawRecord]) -> None:
+        async with self.lock:
+            steps = [await self._step(record) for record in records]
+            self.stats["artefacts"] += await self.store.apply(steps)
+            await self._publish(steps)
+            self.stats["records"] += len(records)
+
+    async def expire_idle_runs(self) -> None:
+        """Close runs whose ingress vanished (RUN_ERROR code ``inactivity_timeout``)."""
+        async with self.lock:
+            steps = self.normalizer.expire(timeout_s=self.settings.inactivity_timeout_s)
+            if steps:
+                await self.store.apply(steps)
+                await self._publish(steps)
+
+    async def forget(self, partitions: list[TopicPartition]) -> None:
+        async with self.lock:
+            dropped = self.normalizer.forget_partitions(tp.partition for tp in partitions if tp.topic == topics.RAW)
+        log.info("partitions revoked: %d open runs handed over", dropped)
+
+    async def _step(self, record: RawRecord) -> Step:
+        routed = self.normalizer.route(record)
+        if isinstance(routed, DeadLetter):
+            log.warning("dead-lettered raw record at partition %d offset %d: %s", record.partition, record.offset, routed.reason)
+            return Step(outbound=[dead_letter(routed)])
+        if self.normalizer.needs_restore(routed):
+            journal, ended = await self.store.load_journal(routed.run)
+            self.normalizer.restore(routed, journal, ended=ended)
+        step = self.normalizer.accept(routed)
+        for warning in step.warnings:  # content-free by construction (P8)
+            log.warning("run %s line %d: %s", routed.envelope.run_id, warning.line, warning.message)
+        if step.skipped:
+            self.stats["skipped"] += 1
+            log.info("run %s: record skipped (%s)", routed.envelope.run_id, step.skipped)
+        return step
+
+    async def _publish(self, steps: Sequence[Step]) -> None:
+        pending = []
+        for step in steps:
+            for out in step.outbound:
+                pending.append(
+                    await self.broker.publish(out.value, out.topic, key=out.key, headers=out.headers, no_confirm=True)
+                )
+                self.stats["dead_letters" if out.topic == topics.DLQ else "events"] += 1
+        if pending:
+            await asyncio.gather(*pending)
+
+
+class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Drops the runs of revoked partitions so a stale copy never acts for the new owner."""
+
+    def __init__(self) -> None:
+        self.worker: NormalizerWorker | None = None
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        if self.worker is not None:
+            await self.worker.forget(list(revoked))
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        """Nothing to do: runs are restored lazily from their journal on their next record."""
+
+
+async def ensure_topics(settings: WorkerSettings) -> None:
+    """Create reasonwire's topics with the configured partition count (FastStream would create 1)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [NewTopic(t, settings.partitions, 1) for t in topics.ALL if t not in existing]
+        if missing:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await admin.create_topics(missing)
+    finally:
+        await admin.close()
+
+
+def create_app(settings: WorkerSettings | None = None) -> tuple[FastStream, NormalizerWorker]:
+    settings = settings or WorkerSettings.from_env()
+    broker = KafkaBroker(settings.kafka_bootstrap_servers, log_level=logging.DEBUG, acks="all", linger_ms=2)
+    store = ArtefactStore(
+        Redis.from_url(settings.redis_url),
+        artefact_ttl_s=settings.artefact_ttl_s,
+        journal_ttl_s=settings.journal_ttl_s,
+    )
+    worker = NormalizerWorker(settings, broker, store)
+    listener = _HandOver()
+    listener.worker = worker
+
+    @broker.subscriber(
+        topics.RAW,
+        group_id=settings.group_id,
+        batch=True,
+        max_records=settings.max_batch,
+        batch_timeout_ms=20,
+        auto_offset_reset="earliest",
+        ack_policy=AckPolicy.NACK_ON_ERROR,
+        listener=listener,
+    )
+    async def on_raw(body: Any, msg: KafkaMessage) -> None:
+        raw = msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,)
+        await worker.handle([_raw_record(r) for r in raw])
+
+    expiry: dict[str, asyncio.Task[None]] = {}
+
+    async def expire_forever() -> None:
+        interval = max(0.05, min(settings.inactivity_timeout_s / 4, 5.0))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await worker.expire_idle_runs()
+            except Exception:  # an outage must not kill the loop; the next tick retries
+                log.exception("closing idle runs failed")
+
+    app = FastStream(broker, logger=log)
+
+    @app.on_startup
+    async def _topics() -> None:
+        await ensure_topics(settings)
+
+    @app.after_startup
+    async def _start_expiry() -> None:
+        expiry["task"] = asyncio.create_task(expire_forever())
+
+    @app.on_shutdown
+    async def _stop() -> None:
+        task = expiry.pop("task", None)
+        if task is not None:
+            task.cancel()
+        await store.redis.aclose()
+
+    return app, worker
+
+
+def _raw_record(record: Any) -> RawRecord:
+    return RawRecord(
+        key=record.key,
+        value=record.value,
+        headers=tuple((name, value or b"") for name, value in (record.headers or ())),
+        partition=record.partition,
+        offset=record.offset,
+    )
+
+
+def run(settings: WorkerSettings | None = None) -> None:
+    """``reasonwire worker normalize``: run until SIGINT/SIGTERM."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    app, _ = create_app(settings)
+    asyncio.run(app.run())

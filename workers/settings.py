@@ -1,0 +1,41 @@
+"""Worker configuration from the environment (documented in docs/operations.md)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    kafka_bootstrap_servers: str = "127.0.0.1:9092"
+    """``KAFKA_BOOTSTRAP_SERVERS``."""
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    """``REDIS_URL``."""
+    group_id: str = "reasonwire-normalizer"
+    """``RW_GROUP_ID``: the consumer group; every replica of the normalizer shares it."""
+    partitions: int = 8
+    """``RW_PARTITIONS``: partitions for topics reasonwire creates; caps the number of useful replicas."""
+    artefact_ttl_s: int = 7 * 24 * 3600
+    """``RW_ARTEFACT_TTL_S``: how long opaque state is kept for continuity (P7)."""
+    journal_ttl_s: int = 24 * 3600
+    """``RW_JOURNAL_TTL_S``: how long an open run's journal and an ended-run marker live."""
+    inactivity_timeout_s: float = 300.0
+    """``RW_INACTIVITY_TIMEOUT_S``: a run with no input for this long is closed as interrupted."""
+    max_batch: int = 200
+    """``RW_MAX_BATCH``: raw records handled per poll (one Redis transaction, one commit)."""
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> WorkerSettings:
+        env = dict(os.environ if env is None else env)
+        d = cls()
+        return cls(
+            kafka_bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS", d.kafka_bootstrap_servers),
+            redis_url=env.get("REDIS_URL", d.redis_url),
+            group_id=env.get("RW_GROUP_ID", d.group_id),
+            partitions=int(env.get("RW_PARTITIONS", d.partitions)),
+            artefact_ttl_s=int(env.get("RW_ARTEFACT_TTL_S", d.artefact_ttl_s)),
+            journal_ttl_s=int(env.get("RW_JOURNAL_TTL_S", d.journal_ttl_s)),
+            inactivity_timeout_s=float(env.get("RW_INACTIVITY_TIMEOUT_S", d.inactivity_timeout_s)),
+            max_batch=int(env.get("RW_MAX_BATCH", d.max_batch)),
+        )

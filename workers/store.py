@@ -1,0 +1,84 @@
+"""Redis adapters: the artefact store and the open-run journal (key layout: ``contracts.store``).
+
+All writes of one record go in one ``MULTI``/``EXEC`` pipeline: the artefacts,
+the thread index and the journal entry land together or not at all, before the
+record's offset is committed — one round trip per batch of records.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from redis.asyncio import Redis
+
+from contracts.artefacts import ArtefactRecord
+from contracts.store import artefact_key, ended_key, journal_key, thread_index_key
+from workers.core.normalizer import JournalEntry, RunKey, Step
+from workers.core.wire import record_json
+
+_SSE_SEPARATOR = b"\x00"
+
+
+class ArtefactStore:
+    """Artefacts by tenant + thread + entityId, a per-thread index, and run journals."""
+
+    def __init__(self, redis: Redis, *, artefact_ttl_s: int, journal_ttl_s: int) -> None:
+        self.redis = redis
+        self.artefact_ttl_s = artefact_ttl_s
+        self.journal_ttl_s = journal_ttl_s
+
+    async def apply(self, steps: Iterable[Step]) -> int:
+        """Write the state of a batch of steps in one transaction; returns artefacts written."""
+        pipe = self.redis.pipeline(transaction=True)
+        written = 0
+        now_ms = int(time.time() * 1000)
+        for step in steps:
+            if step.run is None:
+                continue
+            for record in step.artefacts:
+                self._put_artefact(pipe, record.model_copy(update={"created_at_ms": now_ms}))
+                written += 1
+            if step.journal_append is not None:
+                self._journal(pipe, step.run, step.journal_append)
+            if step.run_ended:
+                pipe.delete(journal_key(step.run.tenant, step.run.run_id))
+                pipe.set(ended_key(step.run.tenant, step.run.run_id), b"1", ex=self.journal_ttl_s)
+        if len(pipe):
+            await pipe.execute()
+        return written
+
+    async def load_journal(self, run: RunKey) -> tuple[list[JournalEntry], bool]:
+        """The raw events an open run has consumed so far, and whether the run already ended."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(journal_key(run.tenant, run.run_id))
+        pipe.exists(ended_key(run.tenant, run.run_id))
+        entries, ended = await pipe.execute()
+        journal = []
+        for seq, blob in entries.items():
+            sse, _, value = blob.partition(_SSE_SEPARATOR)
+            journal.append(JournalEntry(int(seq), value, sse.decode() or None))
+        return journal, bool(ended)
+
+    async def thread_artefacts(self, tenant: str, thread_id: str) -> list[ArtefactRecord]:
+        """A thread's artefacts in arrival order (what a replay reads)."""
+        entity_ids = await self.redis.lrange(thread_index_key(tenant, thread_id), 0, -1)
+        if not entity_ids:
+            return []
+        keys = [artefact_key(tenant, thread_id, e.decode()) for e in dict.fromkeys(entity_ids)]
+        blobs = await self.redis.mget(keys)
+        return [ArtefactRecord.model_validate_json(b) for b in blobs if b is not None]
+
+    def _put_artefact(self, pipe: object, record: ArtefactRecord) -> None:
+        tenant = record.tenant or "default"
+        key = artefact_key(tenant, record.thread_id, record.entity_id)
+        index = thread_index_key(tenant, record.thread_id)
+        pipe.set(key, record_json(record), ex=self.artefact_ttl_s)  # type: ignore[attr-defined]
+        pipe.rpush(index, record.entity_id)  # type: ignore[attr-defined]
+        pipe.expire(index, self.artefact_ttl_s)  # type: ignore[attr-defined]
+
+    def _journal(self, pipe: object, run: RunKey, entry: JournalEntry) -> None:
+        key = journal_key(run.tenant, run.run_id)
+        blob = (entry.sse_event or "").encode() + _SSE_SEPARATOR + entry.value
+        pipe.hset(key, str(entry.seq), blob)  # type: ignore[attr-defined]
+        pipe.expire(key, self.journal_ttl_s)  # type: ignore[attr-defined]
