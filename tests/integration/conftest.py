@@ -1,0 +1,207 @@
+"""Real services for integration tests: the project's own Kafka broker and Redis server.
+
+``make test`` starts them (``deploy/services.sh up``) and exports
+``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL``; run alone, this conftest starts them
+itself. No mocks: every test here talks to a real broker and a real Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import pytest_asyncio
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from redis.asyncio import Redis
+
+from contracts import topics
+from workers.ingress import OutgoingRecord
+from workers.normalize import ensure_topics
+from workers.settings import WorkerSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTITIONS = 4
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "integration" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def services() -> dict[str, str]:
+    env = {k: os.environ[k] for k in ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL") if k in os.environ}
+    if len(env) < 2:
+        out = subprocess.run(["bash", str(ROOT / "deploy" / "services.sh"), "up"], capture_output=True, text=True, check=True)
+        for line in out.stdout.splitlines():
+            name, _, value = line.partition("=")
+            env.setdefault(name, value)
+    return env
+
+
+@pytest.fixture(scope="session")
+def settings(services: dict[str, str]) -> WorkerSettings:
+    return WorkerSettings(
+        kafka_bootstrap_servers=services["KAFKA_BOOTSTRAP_SERVERS"],
+        redis_url=services["REDIS_URL"],
+        group_id=f"rw-test-{uuid.uuid4().hex[:8]}",
+        partitions=PARTITIONS,
+        inactivity_timeout_s=30,
+    )
+
+
+@pytest.fixture(scope="session")
+def primed_group(settings: WorkerSettings) -> WorkerSettings:
+    """Create the topics and start the test group at the raw topic's current end, so a
+    broker reused across sessions does not replay earlier sessions' records."""
+
+    async def prime() -> None:
+        await ensure_topics(settings)
+        consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers, group_id=settings.group_id, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            parts = [TopicPartition(topics.RAW, p) for p in (consumer.partitions_for_topic(topics.RAW) or range(PARTITIONS))]
+            consumer.assign(parts)
+            await consumer.seek_to_end(*parts)
+            await consumer.commit({tp: await consumer.position(tp) for tp in parts})
+        finally:
+            await consumer.stop()
+
+    asyncio.run(prime())
+    return settings
+
+
+class WorkerProcess:
+    """``reasonwire worker normalize`` as a real OS process."""
+
+    def __init__(self, settings: WorkerSettings, log: Path) -> None:
+        env = {
+            **os.environ,
+            "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
+            "REDIS_URL": settings.redis_url,
+            "RW_GROUP_ID": settings.group_id,
+            "RW_PARTITIONS": str(settings.partitions),
+            "RW_INACTIVITY_TIMEOUT_S": str(settings.inactivity_timeout_s),
+        }
+        self.log = log
+        self._out = log.open("wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "workers.cli", "worker", "normalize"], env=env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
+
+    def wait_assigned(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if "assigned to partitions" in self.log.read_text(errors="replace"):
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited: {self.log.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.2)
+        raise AssertionError(f"worker never got partitions: {self.log.read_text(errors='replace')[-2000:]}")
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._out.close()
+
+
+@pytest.fixture
+def spawn_worker(primed_group: WorkerSettings, tmp_path: Path) -> Iterator[Any]:
+    workers: list[WorkerProcess] = []
+
+    def spawn() -> WorkerProcess:
+        worker = WorkerProcess(primed_group, tmp_path / f"worker-{len(workers)}.log")
+        workers.append(worker)
+        return worker
+
+    yield spawn
+    for worker in workers:
+        worker.stop()
+
+
+@pytest_asyncio.fixture
+async def producer(services: dict[str, str]) -> AsyncIterator[AIOKafkaProducer]:
+    p = AIOKafkaProducer(bootstrap_servers=services["KAFKA_BOOTSTRAP_SERVERS"], acks="all")
+    await p.start()
+    yield p
+    await p.stop()
+
+
+@pytest_asyncio.fixture
+async def redis(services: dict[str, str]) -> AsyncIterator[Redis]:
+    client = Redis.from_url(services["REDIS_URL"])
+    yield client
+    await client.aclose()
+
+
+async def send(producer: AIOKafkaProducer, records: list[OutgoingRecord]) -> None:
+    for r in records:
+        await producer.send(topics.RAW, r.value, key=r.key, headers=r.headers)
+    await producer.flush()
+
+
+class Collector:
+    """Reads downstream topics from the start and keeps what belongs to the given runs."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.consumer = AIOKafkaConsumer(topics.EVENTS, topics.DLQ, topics.USAGE, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None)
+        self.events: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+        self.dlq: list[Any] = []
+        self.usage: dict[str, list[dict[str, Any]]] = defaultdict(list)
+
+    async def __aenter__(self) -> Collector:
+        await self.consumer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.consumer.stop()
+
+    def finished(self, run_id: str) -> bool:
+        by_seq = self.events.get(run_id, {})
+        if not by_seq:
+            return False
+        last = by_seq[max(by_seq)][0]["type"]
+        return last in ("RUN_FINISHED", "RUN_ERROR") and len(by_seq) == max(by_seq) + 1
+
+    def stream(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's events in rw-event-seq order, duplicates (same seq) dropped after checking equal."""
+        out = []
+        for seq in sorted(self.events[run_id]):
+            copies = self.events[run_id][seq]
+            assert all(c == copies[0] for c in copies), f"event {seq} of {run_id} differs between deliveries"
+            out.append(copies[0])
+        return out
+
+    async def until(self, done: Any, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not done(self):
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out waiting for downstream records")
+            batch = await self.consumer.getmany(timeout_ms=500)
+            for records in batch.values():
+                for m in records:
+                    headers = {k: v.decode() for k, v in m.headers}
+                    if m.topic == topics.EVENTS:
+                        self.events[headers["rw-run-id"]][int(headers["rw-event-seq"])].append(orjson.loads(m.value))
+                    elif m.topic == topics.DLQ:
+                        self.dlq.append((m.key, m.value, headers))
+                    else:
+                        self.usage[headers["rw-run-id"]].append(orjson.loads(m.value))
