@@ -38,7 +38,19 @@ test: $(STAMP) ## run every test (unit, conformance, integration), services incl
 test-unit: $(STAMP) ## run the tests that need no services
 	$(PY) -m pytest -q -m "not integration"
 
-run: translate-samples ## the main job: translate the sample provider streams and show the result
+# The main job: Kafka + Redis (local, or the ones KAFKA_BOOTSTRAP_SERVERS / REDIS_URL name),
+# the normalizer worker, the sample streams published and the results shown. Without Java
+# (no way to run the broker) it says what to install and translates offline instead.
+run: $(STAMP) ## the whole pipeline on the sample streams: services, worker, publish, show, stop
+	@if [ -z "$${KAFKA_BOOTSTRAP_SERVERS:-}" ] && ! command -v java >/dev/null; then \
+	  echo "make run: no Kafka broker: set KAFKA_BOOTSTRAP_SERVERS, or install Java 17 and Maven (apt-get install openjdk-17-jre-headless maven); translating offline instead"; \
+	  $(MAKE) --no-print-directory translate-samples; exit 0; \
+	fi; \
+	if bash deploy/services.sh status >/dev/null 2>&1; then started=no; else started=yes; fi; \
+	set -a; eval "$$(bash deploy/services.sh up)"; set +a; \
+	RW_SAMPLES=$(FIXTURES) $(VENV)/bin/reasonwire demo; rc=$$?; \
+	if [ "$$started" = yes ] && [ -z "$${KEEP_SERVICES:-}" ]; then bash deploy/services.sh down >/dev/null 2>&1 || true; fi; \
+	exit $$rc
 
 translate-samples: $(STAMP) ## run `reasonwire translate` over every sample stream in ../shared/fixtures
 	@mkdir -p out

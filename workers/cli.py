@@ -49,7 +49,15 @@ def _parser() -> argparse.ArgumentParser:
     worker_sub = worker.add_subparsers(required=True)
     normalize = worker_sub.add_parser("normalize", help="reasoning.raw.v1 → AG-UI events, artefacts in Redis")
     normalize.set_defaults(command=_normalize)
+    demo = sub.add_parser("demo", help="the whole pipeline on the sample streams (needs Kafka and Redis)")
+    demo.set_defaults(command=_demo)
     return parser
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from workers.demo import main as demo_main
+
+    return demo_main()
 
 
 def _normalize(args: argparse.Namespace) -> int:

@@ -107,8 +107,9 @@ class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]
         """Nothing to do: runs are restored lazily from their journal on their next record."""
 
 
-async def ensure_topics(settings: WorkerSettings) -> None:
-    """Create reasonwire's topics with the configured partition count (FastStream would create 1)."""
+async def ensure_topics(settings: WorkerSettings) -> dict[str, int]:
+    """Create reasonwire's topics with the configured partition count (FastStream would create 1);
+    returns every topic's actual partition count."""
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
     await admin.start()
     try:
@@ -117,6 +118,8 @@ async def ensure_topics(settings: WorkerSettings) -> None:
         if missing:
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(missing)
+        described = await admin.describe_topics(list(topics.ALL))
+        return {d["topic"]: len(d["partitions"]) for d in described}
     finally:
         await admin.close()
 
