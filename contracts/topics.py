@@ -15,3 +15,11 @@ DLQ: Final = "reasoning.dlq.v1"
 """Bad input: the original bytes and headers plus a reason header."""
 
 ALL: Final = (RAW, EVENTS, EVENTS_PUBLIC, USAGE, DLQ)
+
+REPLAY_REQUESTS: Final = "reasoning.replay.requests.v1"
+"""Replay requests (:class:`contracts.replay.ReplayRequest`); key = thread id."""
+REPLAY_REPLIES: Final = "reasoning.replay.replies.v1"
+"""Replay replies (:class:`contracts.replay.ReplayReply`) unless the request names another topic; key = request id."""
+
+REPLAY: Final = (REPLAY_REQUESTS, REPLAY_REPLIES)
+"""The replay worker's topics (created by the replay worker, not by the normalizer)."""

@@ -33,6 +33,24 @@ class TokenCounts(BaseModel):
     provider_raw: dict[str, Any] | None = None
     """The provider's usage object as last reported, unmodified."""
 
+    def inconsistencies(self) -> list[str]:
+        """Breaches of the accounting above (P6): parts larger than their totals, a total
+        that is not the sum. Empty when consistent; counts never appear, only field names."""
+        problems = []
+        parts = (
+            ("reasoning_tokens", self.reasoning_tokens, "output_tokens", self.output_tokens),
+            ("cached_input_tokens", self.cached_input_tokens, "input_tokens", self.input_tokens),
+            ("cache_write_input_tokens", self.cache_write_input_tokens, "input_tokens", self.input_tokens),
+        )
+        for part, value, whole, total in parts:
+            if value is not None and total is not None and value > total:
+                problems.append(f"{part} exceeds {whole}")
+        if None not in (self.total_tokens, self.input_tokens, self.output_tokens) and self.total_tokens != (
+            (self.input_tokens or 0) + (self.output_tokens or 0)
+        ):
+            problems.append("total_tokens is not input_tokens + output_tokens")
+        return problems
+
 
 class UsageRecord(BaseModel):
     """One record per finished run on ``reasoning.usage.v1``."""

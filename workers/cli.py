@@ -49,9 +49,37 @@ def _parser() -> argparse.ArgumentParser:
     worker_sub = worker.add_subparsers(required=True)
     normalize = worker_sub.add_parser("normalize", help="reasoning.raw.v1 → AG-UI events, artefacts in Redis")
     normalize.set_defaults(command=_normalize)
+    erase = sub.add_parser("erase", help="remove every stored artefact of a thread (REDIS_URL)")
+    erase.add_argument("--tenant", default="default")
+    erase.add_argument("--thread", required=True, help="thread id")
+    erase.set_defaults(command=_erase)
     demo = sub.add_parser("demo", help="the whole pipeline on the sample streams (needs Kafka and Redis)")
     demo.set_defaults(command=_demo)
     return parser
+
+
+def _erase(args: argparse.Namespace) -> int:
+    """Erase a thread's stored state and say what was removed (P7)."""
+    import asyncio
+    import json
+
+    from redis.asyncio import Redis
+
+    from workers.settings import WorkerSettings
+    from workers.store import ArtefactStore
+
+    async def erase() -> list[str]:
+        settings = WorkerSettings.from_env()
+        redis = Redis.from_url(settings.redis_url)
+        try:
+            store = ArtefactStore(redis, artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
+            return await store.erase_thread(args.tenant, args.thread)
+        finally:
+            await redis.aclose()
+
+    removed = asyncio.run(erase())
+    print(json.dumps({"tenant": args.tenant, "thread": args.thread, "removed_artefacts": removed}))
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from faststream.kafka.annotations import KafkaMessage
 from redis.asyncio import Redis
 
 from contracts import topics
+from contracts.policy import PolicyBook
 from workers.core.normalizer import DeadLetter, Normalizer, RawRecord, Step, dead_letter
 from workers.settings import WorkerSettings
 from workers.store import ArtefactStore
@@ -41,7 +42,7 @@ class NormalizerWorker:
         self.settings = settings
         self.broker = broker
         self.store = store
-        self.normalizer = Normalizer()
+        self.normalizer = Normalizer(PolicyBook.load(settings.policy_file))
         self.lock = asyncio.Lock()
         self.stats: dict[str, int] = {"records": 0, "events": 0, "artefacts": 0, "dead_letters": 0, "skipped": 0}
 

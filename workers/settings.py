@@ -24,6 +24,8 @@ class WorkerSettings:
     """``RW_INACTIVITY_TIMEOUT_S``: a run with no input for this long is closed as interrupted."""
     max_batch: int = 200
     """``RW_MAX_BATCH``: raw records handled per poll (one Redis transaction, one commit)."""
+    policy_file: str | None = None
+    """``RW_POLICY_FILE``: JSON retention/audience policy (contracts.policy.PolicyBook); default policy if unset."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> WorkerSettings:
@@ -38,4 +40,5 @@ class WorkerSettings:
             journal_ttl_s=int(env.get("RW_JOURNAL_TTL_S", d.journal_ttl_s)),
             inactivity_timeout_s=float(env.get("RW_INACTIVITY_TIMEOUT_S", d.inactivity_timeout_s)),
             max_batch=int(env.get("RW_MAX_BATCH", d.max_batch)),
+            policy_file=env.get("RW_POLICY_FILE") or None,
         )

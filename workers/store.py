@@ -36,8 +36,9 @@ class ArtefactStore:
         for step in steps:
             if step.run is None:
                 continue
+            ttl = step.artefact_ttl_s or self.artefact_ttl_s
             for record in step.artefacts:
-                self._put_artefact(pipe, record.model_copy(update={"created_at_ms": now_ms}))
+                self._put_artefact(pipe, record.model_copy(update={"created_at_ms": now_ms}), ttl)
                 written += 1
             if step.journal_append is not None:
                 self._journal(pipe, step.run, step.journal_append)
@@ -69,13 +70,25 @@ class ArtefactStore:
         blobs = await self.redis.mget(keys)
         return [ArtefactRecord.model_validate_json(b) for b in blobs if b is not None]
 
-    def _put_artefact(self, pipe: object, record: ArtefactRecord) -> None:
+    async def erase_thread(self, tenant: str, thread_id: str) -> list[str]:
+        """Remove every artefact of a thread and its index; returns the entity ids removed."""
+        index = thread_index_key(tenant, thread_id)
+        entity_ids = list(dict.fromkeys(e.decode() for e in await self.redis.lrange(index, 0, -1)))
+        keys = [artefact_key(tenant, thread_id, e) for e in entity_ids]
+        pipe = self.redis.pipeline(transaction=True)
+        for key in keys:
+            pipe.delete(key)
+        pipe.delete(index)
+        results = await pipe.execute()
+        return [e for e, removed in zip(entity_ids, results, strict=False) if removed]
+
+    def _put_artefact(self, pipe: object, record: ArtefactRecord, ttl_s: int) -> None:
         tenant = record.tenant or "default"
         key = artefact_key(tenant, record.thread_id, record.entity_id)
         index = thread_index_key(tenant, record.thread_id)
-        pipe.set(key, record_json(record), ex=self.artefact_ttl_s)  # type: ignore[attr-defined]
+        pipe.set(key, record_json(record), ex=ttl_s)  # type: ignore[attr-defined]
         pipe.rpush(index, record.entity_id)  # type: ignore[attr-defined]
-        pipe.expire(index, self.artefact_ttl_s)  # type: ignore[attr-defined]
+        pipe.expire(index, ttl_s)  # type: ignore[attr-defined]
 
     def _journal(self, pipe: object, run: RunKey, entry: JournalEntry) -> None:
         key = journal_key(run.tenant, run.run_id)

@@ -86,7 +86,7 @@ def primed_group(settings: WorkerSettings) -> WorkerSettings:
 class WorkerProcess:
     """``reasonwire worker normalize`` as a real OS process."""
 
-    def __init__(self, settings: WorkerSettings, log: Path) -> None:
+    def __init__(self, settings: WorkerSettings, log: Path, extra_env: dict[str, str] | None = None) -> None:
         env = {
             **os.environ,
             "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
@@ -94,6 +94,7 @@ class WorkerProcess:
             "RW_GROUP_ID": settings.group_id,
             "RW_PARTITIONS": str(settings.partitions),
             "RW_INACTIVITY_TIMEOUT_S": str(settings.inactivity_timeout_s),
+            **(extra_env or {}),
         }
         self.log = log
         self._out = log.open("wb")
@@ -127,8 +128,8 @@ class WorkerProcess:
 def spawn_worker(primed_group: WorkerSettings, tmp_path: Path) -> Iterator[Any]:
     workers: list[WorkerProcess] = []
 
-    def spawn() -> WorkerProcess:
-        worker = WorkerProcess(primed_group, tmp_path / f"worker-{len(workers)}.log")
+    def spawn(extra_env: dict[str, str] | None = None) -> WorkerProcess:
+        worker = WorkerProcess(primed_group, tmp_path / f"worker-{len(workers)}.log", extra_env)
         workers.append(worker)
         return worker
 
@@ -162,10 +163,11 @@ class Collector:
     """Reads downstream topics from the start and keeps what belongs to the given runs."""
 
     def __init__(self, bootstrap: str) -> None:
-        self.consumer = AIOKafkaConsumer(topics.EVENTS, topics.DLQ, topics.USAGE, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None)
+        self.consumer = AIOKafkaConsumer(topics.EVENTS, topics.EVENTS_PUBLIC, topics.DLQ, topics.USAGE, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None)
         self.events: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
         self.dlq: list[Any] = []
         self.usage: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.public: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
 
     async def __aenter__(self) -> Collector:
         await self.consumer.start()
@@ -201,6 +203,8 @@ class Collector:
                     headers = {k: v.decode() for k, v in m.headers}
                     if m.topic == topics.EVENTS:
                         self.events[headers["rw-run-id"]][int(headers["rw-event-seq"])].append(orjson.loads(m.value))
+                    elif m.topic == topics.EVENTS_PUBLIC:
+                        self.public[headers["rw-run-id"]][int(headers["rw-event-seq"])].append(orjson.loads(m.value))
                     elif m.topic == topics.DLQ:
                         self.dlq.append((m.key, m.value, headers))
                     else:

@@ -35,6 +35,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ag_ui.core import BaseEvent
+
 from contracts import topics
 from contracts.artefacts import ArtefactRecord
 from contracts.envelope import (
@@ -50,6 +52,8 @@ from contracts.envelope import (
     read_envelope,
 )
 from contracts.grammars import Grammar
+from contracts.policy import Audience, PolicyBook, RetentionPolicy
+from workers.core.audience import AudienceFilter
 from workers.core.translator import ErrorCode, Translation, Translator, TranslatorWarning
 from workers.core.wire import event_json, record_json
 from workers.translators import implemented, translator_for
@@ -103,6 +107,8 @@ class Step:
     thread_id: str | None = None
     outbound: list[Outbound] = field(default_factory=list)
     artefacts: list[ArtefactRecord] = field(default_factory=list)
+    artefact_ttl_s: int | None = None
+    """How long the artefacts live (the tenant's opaque-state policy)."""
     journal_append: JournalEntry | None = None
     run_ended: bool = False
     warnings: list[TranslatorWarning] = field(default_factory=list)
@@ -133,15 +139,20 @@ class _RunState:
     translator: Translator
     envelope: RawEnvelope
     partition: int
+    policy: RetentionPolicy
+    trusted: AudienceFilter
+    public: AudienceFilter
     next_seq: int = 0
     event_seq: int = 0
+    public_seq: int = 0
     last_seen: float = 0.0
 
 
 class Normalizer:
     """Per-worker run table and every routing decision of the normalizer (sans-I/O)."""
 
-    def __init__(self) -> None:
+    def __init__(self, policies: PolicyBook | None = None) -> None:
+        self.policies = policies or PolicyBook()
         self._runs: dict[RunKey, _RunState] = {}
         self._ended: OrderedDict[RunKey, None] = OrderedDict()
         """Runs that ended here recently, so late duplicates are skipped without a lookup."""
@@ -179,7 +190,7 @@ class Normalizer:
             if entry.seq >= item.envelope.seq:
                 break
             out = state.translator.feed(entry.value, sse_event=entry.sse_event)
-            state.event_seq += len(out.events)
+            self._apply(state, out, Step(), None)  # same numbering and filters; output discarded
             state.next_seq = entry.seq + 1
         self._runs[item.run] = state
 
@@ -253,10 +264,19 @@ class Normalizer:
             model=env.model,
             issuer_scope=env.issuer_scope,
         )
-        return _RunState(translator, env, item.record.partition, last_seen=time.monotonic())
+        policy = self.policies.for_tenant(env.tenant)
+        return _RunState(
+            translator,
+            env,
+            item.record.partition,
+            policy,
+            trusted=AudienceFilter(policy.rule(Audience.TRUSTED)),
+            public=AudienceFilter(policy.rule(Audience.PUBLIC)),
+            last_seen=time.monotonic(),
+        )
 
     def _apply(self, state: _RunState, translation: Translation, step: Step, record: RawRecord | None) -> None:
-        env = state.envelope
+        env, policy = state.envelope, state.policy
         key = env.run_id.encode()
         base = {
             HEADER_RUN_ID: env.run_id,
@@ -265,20 +285,38 @@ class Normalizer:
             HEADER_PROVIDER: env.grammar,
         }
         for event in translation.events:
-            headers = {**base, HEADER_EVENT_SEQ: str(state.event_seq), "content-type": "application/json"}
-            step.outbound.append(Outbound(topics.EVENTS, key, event_json(event), headers))
-            state.event_seq += 1
-        for record_ in translation.artefacts:
-            step.artefacts.append(record_.model_copy(update={"tenant": env.tenant}))
+            trusted = state.trusted.admit(event)
+            if trusted is not None:
+                step.outbound.append(_event_record(topics.EVENTS, key, trusted, base, state.event_seq))
+                state.event_seq += 1
+            public = state.public.admit(event)
+            if public is not None:
+                step.outbound.append(_event_record(topics.EVENTS_PUBLIC, key, public, base, state.public_seq))
+                state.public_seq += 1
+        if policy.opaque_state.store:
+            step.artefact_ttl_s = policy.opaque_state.ttl_s
+            step.artefacts += [r.model_copy(update={"tenant": env.tenant}) for r in translation.artefacts]
         step.warnings += translation.warnings
         if translation.rejection is not None and record is not None:
             step.outbound.append(_dead_letter(record, translation.rejection.reason))
         if state.translator.ended:
-            usage = state.translator.usage_record(tenant=env.tenant)
-            step.outbound.append(Outbound(topics.USAGE, key, record_json(usage), dict(base)))
-            step.run_ended = True
-            self._runs.pop(RunKey(env.tenant, env.run_id), None)
-            self._mark_ended(RunKey(env.tenant, env.run_id))
+            self._end(state, step, base)
+
+    def _end(self, state: _RunState, step: Step, headers: dict[str, str]) -> None:
+        env = state.envelope
+        usage = state.translator.usage_record(tenant=env.tenant)
+        for problem in usage.tokens.inconsistencies():
+            step.warnings.append(TranslatorWarning("usage_inconsistent", problem, state.translator.line))
+        if state.policy.publish_usage:
+            step.outbound.append(Outbound(topics.USAGE, env.run_id.encode(), record_json(usage), dict(headers)))
+        step.run_ended = True
+        self._runs.pop(RunKey(env.tenant, env.run_id), None)
+        self._mark_ended(RunKey(env.tenant, env.run_id))
+
+
+def _event_record(topic: str, key: bytes, event: BaseEvent, base: dict[str, str], seq: int) -> Outbound:
+    headers = {**base, HEADER_EVENT_SEQ: str(seq), "content-type": "application/json"}
+    return Outbound(topic, key, event_json(event), headers)
 
 
 def dead_letter(item: DeadLetter) -> Outbound:
