@@ -40,3 +40,17 @@ def optional(obj: Any, key: str, kind: type | tuple[type, ...], *, where: str) -
     if not isinstance(obj, Mapping) or obj.get(key) is None:
         return None
     return require(obj, key, kind, where=where)
+
+
+def token_count(usage: Any, key: str, *, where: str, absent: int | None = None) -> int | None:
+    """A provider token count: a non-negative integer, or ``absent`` when the field is missing.
+
+    A count that is present but not a count (a string, a negative number, a bool) is a
+    malformed known event (R7), never silently read as 0 or as unknown.
+    """
+    if not isinstance(usage, Mapping) or usage.get(key) is None:
+        return absent
+    value = usage[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ProviderGrammarError(f"{where}: field {key!r} is not a token count")
+    return value

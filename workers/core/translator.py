@@ -183,17 +183,14 @@ class Translator:
 
     def finish(self) -> Translation:
         """End of input. Without the provider's terminal event the run was interrupted."""
-        if self._run is None:
-            self._start(None, b"")
-        if not self.ended:
-            if self._deferred_end is not None:
-                self._finish_now(**self._deferred_end)
-            else:
-                self._interrupt("stream ended before the provider's terminal event")
-        return self._collect()
+        return self._end_of_input("stream ended before the provider's terminal event", ErrorCode.INTERRUPTED)
 
     def abort(self, reason: str = "the connection to the provider dropped", *, code: ErrorCode = ErrorCode.INTERRUPTED) -> Translation:
         """The ingress lost the stream (or went silent): close the run as interrupted."""
+        return self._end_of_input(reason, code)
+
+    def _end_of_input(self, reason: str, code: ErrorCode) -> Translation:
+        """No more input: a deferred finish completes, anything else still open is interrupted."""
         if self._run is None:
             self._start(None, b"")
         if not self.ended:

@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 import orjson
 
 from contracts.usage import TokenCounts
-from workers.core.errors import ProviderGrammarError, optional, require
+from workers.core.errors import ProviderGrammarError, optional, require, token_count
 from workers.core.translator import Translator
 
 THOUGHT_KIND = "summary"
@@ -112,9 +112,9 @@ class GeminiTranslator(Translator):
     def take_usage(self, usage: dict[str, Any]) -> None:
         """Replace the run's counts with this report: Gemini reports running totals, never sum."""
         fields = self.usage_fields
-        prompt, cached, tool_use, output, thoughts = (
-            _count(usage, name) for name in (fields.input, fields.cached, fields.tool_use, fields.output, fields.thoughts)
-        )
+        names = (fields.input, fields.cached, fields.tool_use, fields.output, fields.thoughts)
+        # proto3 JSON omits zero values, so an absent count is 0 here
+        prompt, cached, tool_use, output, thoughts = (token_count(usage, n, where="usage", absent=0) or 0 for n in names)
         total_input = prompt + tool_use
         total_output = output + thoughts
         self.tokens = TokenCounts(
@@ -142,13 +142,3 @@ class GeminiTranslator(Translator):
 def arguments_json(args: dict[str, Any]) -> str:
     """A complete arguments object serialised once, keys in the order received (REFERENCE §6.4)."""
     return orjson.dumps(args).decode()
-
-
-def _count(usage: dict[str, Any], name: str) -> int:
-    """A token count; absent means 0 (proto3 JSON omits zero values). A non-count is R7."""
-    value = usage.get(name)
-    if value is None:
-        return 0
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ProviderGrammarError(f"usage: field {name!r} is not a token count")
-    return value

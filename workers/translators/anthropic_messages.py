@@ -43,7 +43,7 @@ import orjson
 from contracts.artefacts import ArtefactSubtype, NativeBlock
 from contracts.grammars import Grammar
 from workers.core.artefacts import HeldArtefact
-from workers.core.errors import ProviderGrammarError, optional, require
+from workers.core.errors import ProviderGrammarError, optional, require, token_count
 from workers.core.translator import Translator
 
 _SKIPPED_BLOCKS = frozenset(
@@ -277,16 +277,16 @@ class AnthropicMessagesTranslator(Translator):
         self._usage_raw.update(usage)
         raw = self._usage_raw
         details = raw.get("output_tokens_details")
-        base_input = _count(raw.get("input_tokens"))
-        cache_read = _count(raw.get("cache_read_input_tokens"))
-        cache_write = _count(raw.get("cache_creation_input_tokens"))
-        output = _count(raw.get("output_tokens"))
+        base_input = token_count(raw, "input_tokens", where="usage")
+        cache_read = token_count(raw, "cache_read_input_tokens", where="usage")
+        cache_write = token_count(raw, "cache_creation_input_tokens", where="usage")
+        output = token_count(raw, "output_tokens", where="usage")
         total_input = None if base_input is None else base_input + (cache_read or 0) + (cache_write or 0)
         self.tokens = self.tokens.model_copy(
             update={
                 "input_tokens": total_input,
                 "output_tokens": output,
-                "reasoning_tokens": _count(details.get("thinking_tokens")) if isinstance(details, dict) else None,
+                "reasoning_tokens": token_count(details, "thinking_tokens", where="usage.output_tokens_details"),
                 "cached_input_tokens": cache_read,
                 "cache_write_input_tokens": cache_write,
                 "total_tokens": None if total_input is None or output is None else total_input + output,
@@ -320,7 +320,3 @@ _DELTA_BLOCK = {
     "citations_delta": ("text",),
     "input_json_delta": ("tool_use",),
 }
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

@@ -76,7 +76,7 @@ from contracts.artefacts import ArtefactSubtype, NativeBlock
 from contracts.grammars import Grammar
 from contracts.usage import TokenCounts
 from workers.core.artefacts import HeldArtefact
-from workers.core.errors import ProviderGrammarError, optional, require
+from workers.core.errors import ProviderGrammarError, optional, require, token_count
 from workers.core.translator import Translator
 
 ENCRYPTED_CONTENT_KIND = "openai.reasoning.encrypted_content"
@@ -579,18 +579,18 @@ class OpenAIResponsesTranslator(Translator):
         input_details = input_details if isinstance(input_details, dict) else {}
         output_details = usage.get("output_tokens_details")
         output_details = output_details if isinstance(output_details, dict) else {}
-        input_tokens = _count(usage.get("input_tokens"))
-        output_tokens = _count(usage.get("output_tokens"))
+        input_tokens = token_count(usage, "input_tokens", where="response.usage")
+        output_tokens = token_count(usage, "output_tokens", where="response.usage")
         if input_tokens is not None and output_tokens is not None:
             total_tokens: int | None = input_tokens + output_tokens
         else:
-            total_tokens = _count(usage.get("total_tokens"))
+            total_tokens = token_count(usage, "total_tokens", where="response.usage")
         self.tokens = TokenCounts(
             input_tokens=input_tokens,
             output_tokens=output_tokens,
-            reasoning_tokens=_count(output_details.get("reasoning_tokens")),
-            cached_input_tokens=_count(input_details.get("cached_tokens")),
-            cache_write_input_tokens=_count(input_details.get("cache_write_tokens")),
+            reasoning_tokens=token_count(output_details, "reasoning_tokens", where="response.usage.output_tokens_details"),
+            cached_input_tokens=token_count(input_details, "cached_tokens", where="response.usage.input_tokens_details"),
+            cache_write_input_tokens=token_count(input_details, "cache_write_tokens", where="response.usage.input_tokens_details"),
             total_tokens=total_tokens,
             provider_raw=dict(usage),
         )
@@ -684,7 +684,3 @@ def _identity(item: dict[str, Any] | None) -> dict[str, str] | None:
     if item is None:
         return None
     return {k: item[k] for k in ("type", "id", "call_id") if isinstance(item.get(k), str)}
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
