@@ -12,15 +12,17 @@ unusable arguments or unreadable input.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
+import os
 import sys
 from collections.abc import Sequence
-from typing import BinaryIO, TextIO
+from typing import BinaryIO
 
 from contracts.grammars import Grammar
 from workers.core.translator import Translation, Translator
 from workers.core.wire import event_json, record_json
-from workers.sse import read_events
+from workers.sse import ProviderEvent, read_events
 from workers.translators import implemented, translator_for
 
 
@@ -30,7 +32,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "command"):
         parser.print_help()
         return 2
-    return int(args.command(args))
+    try:
+        return int(args.command(args))
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, like other filters
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -99,13 +105,6 @@ def _translate(args: argparse.Namespace) -> int:
     if Grammar(args.provider) not in implemented():
         print(f"reasonwire: no translator for {args.provider!r} yet", file=sys.stderr)
         return 2
-    translator = translator_for(
-        args.provider,
-        run_id=args.run_id,
-        thread_id=args.thread_id,
-        model=args.model,
-        issuer_scope=args.issuer_scope,
-    )
     try:
         source = (
             io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="strict")
@@ -115,21 +114,32 @@ def _translate(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"reasonwire: cannot read {args.input}: {exc.strerror}", file=sys.stderr)
         return 2
-    artefacts = open(args.artefacts, "wb") if args.artefacts else None  # noqa: SIM115
     try:
-        return _run(translator, source, sys.stdout.buffer, artefacts)
+        with source:
+            events = list(read_events(source))
     except UnicodeDecodeError as exc:
         print(f"reasonwire: {args.input} is not UTF-8 text ({exc.reason} at byte {exc.start})", file=sys.stderr)
         return 2
+    translator = translator_for(
+        args.provider,
+        run_id=args.run_id,
+        thread_id=args.thread_id,
+        model=args.model,
+        issuer_scope=args.issuer_scope,
+        # grammars whose stream names no response (Bedrock) still get a run id per capture
+        fallback_run_id="run-" + hashlib.sha256(b"\n".join(e.data for e in events)).hexdigest()[:16],
+    )
+    artefacts = open(args.artefacts, "wb") if args.artefacts else None  # noqa: SIM115
+    try:
+        return _run(translator, events, sys.stdout.buffer, artefacts)
     finally:
-        source.close()
         if artefacts is not None:
             artefacts.close()
 
 
-def _run(translator: Translator, source: TextIO, out: BinaryIO, artefacts: BinaryIO | None) -> int:
+def _run(translator: Translator, events: list[ProviderEvent], out: BinaryIO, artefacts: BinaryIO | None) -> int:
     status = 0
-    for event in read_events(source):
+    for event in events:
         translation = translator.feed(event.data, sse_event=event.sse_event)
         status = max(status, _emit(translation, out, artefacts, input_line=event.line))
     status = max(status, _emit(translator.finish(), out, artefacts, input_line=None))

@@ -114,8 +114,10 @@ class Translator:
         thread_id: str | None = None,
         model: str | None = None,
         issuer_scope: str | None = None,
+        fallback_run_id: str | None = None,
     ) -> None:
         self._run_id = run_id
+        self._fallback_run_id = fallback_run_id
         self._thread_id = thread_id
         self.model = model
         self.issuer_scope = issuer_scope
@@ -260,7 +262,7 @@ class Translator:
         response_id, model = self.stream_identity(obj) if obj is not None else (None, None)
         self.response_id = response_id
         self.model = model or self.model  # what the stream says produced it wins over the request
-        run_id = self._run_id or response_id or _fallback_run_id(raw)
+        run_id = self._run_id or response_id or self._fallback_run_id or _fallback_run_id(raw)
         self._run = StreamDiscipline(run_id=run_id, thread_id=self._thread_id or run_id)
         self._ledger = ArtefactLedger(
             self._run, Issuer(grammar=self.grammar, model=self.model, scope=self.issuer_scope)
