@@ -134,7 +134,7 @@ class GeminiInteractionsTranslator(GeminiTranslator):
 
     def _on_created(self, obj: dict[str, Any]) -> None:
         interaction = require(obj, "interaction", dict, where="interaction.created")
-        self.model = self.model or optional(interaction, "model", str, where="interaction.created.interaction")
+        self.model = optional(interaction, "model", str, where="interaction.created.interaction") or self.model
 
     def _on_status_update(self, obj: dict[str, Any]) -> None:
         """Progress only: the outcome comes with ``interaction.completed``, and the

@@ -237,7 +237,7 @@ class OpenAIResponsesTranslator(Translator):
         response = require(obj, "response", dict, where=where)
         if self.response_id is None:
             self.response_id = optional(response, "id", str, where=f"{where}.response")
-        self.model = self.model or optional(response, "model", str, where=f"{where}.response")
+        self.model = optional(response, "model", str, where=f"{where}.response") or self.model
 
     def _on_completed(self, obj: dict[str, Any]) -> None:
         response = self._terminal_response(obj)
