@@ -22,6 +22,7 @@ from typing import BinaryIO
 from contracts.grammars import Grammar
 from workers.core.translator import Translation, Translator
 from workers.core.wire import event_json, record_json
+from workers.replay import command as replay_command
 from workers.sse import ProviderEvent, read_events
 from workers.translators import implemented, translator_for
 
@@ -51,10 +52,15 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--issuer-scope", help="account/key/region the provider binds artefacts to")
     tr.add_argument("input", nargs="?", default="-", help="capture file, or - for stdin (default)")
     tr.set_defaults(command=_translate)
+    rp = sub.add_parser("replay", help="the next request's provider-native history from a client's AG-UI history")
+    replay_command.add_arguments(rp)
+    rp.set_defaults(command=replay_command.run)
     worker = sub.add_parser("worker", help="run a Kafka worker (configured from the environment)")
     worker_sub = worker.add_subparsers(required=True)
     normalize = worker_sub.add_parser("normalize", help="reasoning.raw.v1 → AG-UI events, artefacts in Redis")
     normalize.set_defaults(command=_normalize)
+    replay_worker = worker_sub.add_parser("replay", help="reasoning.replay.requests.v1 → replies (request/reply)")
+    replay_worker.set_defaults(command=_replay_worker)
     erase = sub.add_parser("erase", help="remove every stored artefact of a thread (REDIS_URL)")
     erase.add_argument("--tenant", default="default")
     erase.add_argument("--thread", required=True, help="thread id")
@@ -96,6 +102,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _normalize(args: argparse.Namespace) -> int:
     from workers.normalize import run  # imported here: `translate` needs no Kafka client
+
+    run()
+    return 0
+
+
+def _replay_worker(args: argparse.Namespace) -> int:
+    from workers.replay_worker import run  # imported here: `replay` needs no Kafka client
 
     run()
     return 0

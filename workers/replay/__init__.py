@@ -1,0 +1,103 @@
+"""Replay: the lossless path back — a thread's history + its artefacts → the next provider input.
+
+Library use::
+
+    from workers.replay import ReplayTarget, replay
+
+    result = replay(run_input, artefacts, ReplayTarget(grammar="anthropic-messages", model="claude-sonnet-4-5"))
+    request_body.update(result.fragment)            # {"messages": [...]} for Anthropic
+    for warning in result.warnings: log.warning(warning.message)
+
+The shared decisions (issuer matching, ordering, which copy wins, failing
+before the call) live in :mod:`workers.replay.core`; one module per grammar
+writes the provider-native shapes. :mod:`workers.replay.sources` reads
+artefacts from Redis or from the file ``reasonwire translate --artefacts``
+writes. Documented in ``docs/replay.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from contracts.artefacts import ArtefactRecord
+from contracts.grammars import Grammar
+from contracts.replay import ReplayTarget
+from workers.replay.anthropic_messages import AnthropicMessagesReplay
+from workers.replay.bedrock_converse import BedrockConverseReplay
+from workers.replay.core import (
+    InvalidHistory,
+    ProviderWouldReject,
+    ReplayBuilder,
+    ReplayError,
+    ReplayResult,
+    ReplayWarning,
+    read_history,
+    replay_conversation,
+)
+from workers.replay.family import model_family, same_family
+from workers.replay.gemini_generate_content import GeminiGenerateContentReplay
+from workers.replay.gemini_interactions import GeminiInteractionsReplay
+from workers.replay.openai_responses import OpenAIResponsesReplay
+
+BUILDERS: dict[Grammar, ReplayBuilder] = {
+    builder.grammar: builder
+    for builder in (
+        OpenAIResponsesReplay(),
+        AnthropicMessagesReplay(),
+        GeminiGenerateContentReplay(),
+        GeminiInteractionsReplay(),
+        BedrockConverseReplay(),
+    )
+}
+"""Grammar → the builder of its provider-native input."""
+
+FRAGMENT_KEY: dict[Grammar, str] = {
+    Grammar.OPENAI_RESPONSES: "input",
+    Grammar.ANTHROPIC_MESSAGES: "messages",
+    Grammar.GEMINI_GENERATE_CONTENT: "contents",
+    Grammar.GEMINI_INTERACTIONS: "input",
+    Grammar.BEDROCK_CONVERSE: "messages",
+}
+"""Where the history goes in each grammar's request body."""
+
+
+def replay(
+    history: Any,
+    artefacts: Iterable[ArtefactRecord],
+    target: ReplayTarget,
+    *,
+    tenant: str | None = None,
+    honour_client_omissions: bool = False,
+) -> ReplayResult:
+    """Build the provider-native input for the next request of a thread.
+
+    ``history`` is a ``RunAgentInput`` (model or wire dict) or a messages array as
+    the client holds it; ``artefacts`` are the thread's stored records (any
+    order). Raises :class:`InvalidHistory` for a history replay cannot read and
+    :class:`ProviderWouldReject` when the provider would reject what is left.
+    """
+    return replay_conversation(
+        BUILDERS[Grammar(target.grammar)],
+        history,
+        artefacts,
+        target,
+        tenant=tenant,
+        honour_client_omissions=honour_client_omissions,
+    )
+
+
+__all__ = [
+    "BUILDERS",
+    "FRAGMENT_KEY",
+    "InvalidHistory",
+    "ProviderWouldReject",
+    "ReplayError",
+    "ReplayResult",
+    "ReplayTarget",
+    "ReplayWarning",
+    "model_family",
+    "read_history",
+    "replay",
+    "same_family",
+]

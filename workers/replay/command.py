@@ -1,0 +1,123 @@
+"""``reasonwire replay``: the next request's provider-native history, from the command line.
+
+``reasonwire replay --provider GRAMMAR [--model M] [--issuer-scope S] [--artefacts FILE]
+[--tenant T] [--thread-id T] [--honour-client-omissions] [FILE|-]`` reads a JSON
+``RunAgentInput`` (or a bare messages array) as the client holds it and writes one
+JSON object to stdout: OpenAI ``{"input": …}``, Anthropic ``{"messages": …}``,
+Gemini generateContent ``{"contents": …}``, Gemini Interactions ``{"input": …}``,
+Bedrock ``{"messages": …}`` (plus the grammar's system field when the history
+has system messages). Artefacts come from ``--artefacts`` (the JSONL ``reasonwire
+translate --artefacts`` writes) or else from Redis at ``REDIS_URL`` for
+``--tenant`` and the thread (``--thread-id``, default the input's ``threadId``).
+
+Warnings (what was left out and why) go to stderr, never with a value (P8).
+Exit status: 0 when the fragment was written; 1 when the provider would reject
+what is left (the replay fails before the call); 2 for unusable arguments or
+input, or an unreachable store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from contracts.grammars import Grammar
+from contracts.replay import ReplayTarget
+from workers.replay import ProviderWouldReject, ReplayError, read_history, replay
+from workers.replay.sources import ArtefactFileError, read_artefact_file
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--provider", required=True, choices=[g.value for g in Grammar], help="the next request's grammar")
+    parser.add_argument("--model", help="the next request's model (default: the thread's latest issuer model)")
+    parser.add_argument("--issuer-scope", help="account/key/region the next request goes to, as configured")
+    parser.add_argument("--artefacts", metavar="FILE", help="artefact records (JSONL); default: Redis at REDIS_URL")
+    parser.add_argument("--tenant", default="default", help="tenant whose Redis artefacts are read (default: default)")
+    parser.add_argument("--thread-id", help="thread whose Redis artefacts are read (default: the input's threadId)")
+    parser.add_argument(
+        "--honour-client-omissions",
+        action="store_true",
+        help="the client keeps encrypted values (R5): a message it holds without one had it withdrawn",
+    )
+    parser.add_argument("input", nargs="?", default="-", help="RunAgentInput or messages JSON, or - for stdin")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        history = _read_json(args.input)
+        _, thread_id = read_history(history)
+        artefacts = _artefacts(args, args.thread_id or thread_id)
+        target = ReplayTarget(grammar=Grammar(args.provider), model=args.model, scope=args.issuer_scope)
+        result = replay(
+            history,
+            artefacts,
+            target,
+            tenant=None if args.artefacts else args.tenant,
+            honour_client_omissions=args.honour_client_omissions,
+        )
+    except ProviderWouldReject as exc:
+        return _fail(exc.message, 1)
+    except (ReplayError, ArtefactFileError) as exc:
+        return _fail(getattr(exc, "message", str(exc)), 2)
+    except _Unusable as exc:
+        return _fail(str(exc), 2)
+    for warning in result.warnings:
+        print(f"reasonwire: warning: {warning.message}", file=sys.stderr)
+    sys.stdout.write(json.dumps(result.fragment, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+class _Unusable(Exception):
+    """Input or store that cannot be used; the message says which and why."""
+
+
+def _read_json(name: str) -> Any:
+    try:
+        text = sys.stdin.buffer.read().decode("utf-8") if name == "-" else open(name, encoding="utf-8").read()  # noqa: SIM115
+    except OSError as exc:
+        raise _Unusable(f"cannot read {name}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise _Unusable(f"{name} is not UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _Unusable(f"{name} is not JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def _artefacts(args: argparse.Namespace, thread_id: str | None) -> list[Any]:
+    if args.artefacts:
+        try:
+            return read_artefact_file(args.artefacts)
+        except OSError as exc:
+            raise _Unusable(f"cannot read {args.artefacts}: {exc.strerror}") from None
+    if thread_id is None:
+        raise _Unusable("a bare messages array has no threadId: give --thread-id, or --artefacts FILE")
+    return asyncio.run(_from_redis(args.tenant, thread_id))
+
+
+async def _from_redis(tenant: str, thread_id: str) -> list[Any]:
+    from redis.asyncio import Redis
+    from redis.exceptions import RedisError
+
+    from workers.replay.sources import read_thread
+    from workers.settings import WorkerSettings
+    from workers.store import ArtefactStore
+
+    settings = WorkerSettings.from_env()
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        store = ArtefactStore(redis, artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
+        return await read_thread(store, tenant, thread_id)
+    except RedisError as exc:
+        raise _Unusable(f"cannot read artefacts from Redis ({type(exc).__name__}); set REDIS_URL or use --artefacts") from None
+    finally:
+        await redis.aclose()
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"reasonwire: error: {message}", file=sys.stderr)
+    return status

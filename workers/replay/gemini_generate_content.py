@@ -1,0 +1,164 @@
+"""Gemini generateContent: the next request's ``contents`` (and ``systemInstruction``).
+
+Theory of operation
+-------------------
+An assistant turn becomes one ``Content(role="model")`` whose parts keep the
+order they streamed in (REFERENCE §3.5). A part that carried a
+``thoughtSignature`` is rebuilt from its artefact record — the part as it
+arrived (unknown fields included) with the signature back on that very part,
+byte for byte (R3): a signed ``functionCall`` part, a signed thought part, the
+trailing ``{"text": "", "thoughtSignature"}`` part. The text around signed
+parts comes from the client's messages: thought text as ``thought: true``
+parts, answer text as text parts; a signature-only part goes last in its
+message (Gemini puts the signature of a non-call response on the last part,
+§3.3). Unsigned calls are rebuilt from the client's tool calls, grouped and
+ordered as received.
+
+Chunk boundaries are not kept: consecutive unsigned parts of one kind arrive
+as one part. Google's rules are about signed parts (never merge a signed part
+with another, never move a signature); thought summaries "may be dropped" and
+the model reads signatures, not summary text (§3.5). When a turn's state came
+from another model (a model change), its thought parts are dropped as well.
+
+Gemini has no call ids on the wire (``functionCall.id`` is usually absent), so
+reasonwire mints them; a minted id is never sent back: the artefact record of a
+call group (``extra.callGroup``) and the ``metadata.reasonwire.idMinted`` hint
+say which ids were minted, and failing both, an id of the shape ``mint()``
+makes (``…:tool:N``) is taken as minted. ``functionResponse`` then matches by
+name and position, carrying the id only when the call had one.
+
+Gemini 3 rejects a current turn whose signed call lost its signature (400;
+``MISSING_THOUGHT_SIGNATURE``), so in an open tool loop a signed call without a
+replayable signature fails the replay before the call.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from contracts.grammars import Grammar
+from workers.replay.core import (
+    AssistantTurn,
+    Call,
+    Conversation,
+    Reasoning,
+    ReplayBuilder,
+    Text,
+    ToolResult,
+    ToolResults,
+    UserTurn,
+    merge_adjacent,
+    metadata_hint,
+)
+
+_MINTED_SHAPE = re.compile(r":tool:\d+$")
+"""``Translator.mint("tool", n)`` = ``<response>:tool:<n>``."""
+
+
+class GeminiGenerateContentReplay(ReplayBuilder):
+    grammar = Grammar.GEMINI_GENERATE_CONTENT
+
+    def build(self, conversation: Conversation) -> dict[str, Any]:
+        minted = _minted_ids(conversation)
+        contents: list[dict[str, Any]] = []
+        for turn in conversation.turns:
+            if isinstance(turn, UserTurn):
+                contents.append({"role": "user", "parts": [{"text": t} for t in turn.texts]})
+            elif isinstance(turn, ToolResults):
+                contents.append({"role": "user", "parts": [_function_response(r, minted) for r in turn.results]})
+            elif isinstance(turn, AssistantTurn):
+                parts = self._model_parts(turn, conversation, minted)
+                if parts:
+                    contents.append({"role": "model", "parts": parts})
+        fragment: dict[str, Any] = {"contents": merge_adjacent(contents, "parts", list)}
+        if conversation.instructions:
+            fragment["systemInstruction"] = {"parts": [{"text": t} for t in conversation.instructions]}
+        return fragment
+
+    def needs_artefact(self, unit: Reasoning | Text | Call, conversation: Conversation) -> bool:
+        # Only calls are validated, and only those that were signed (the first of each step).
+        return isinstance(unit, Call) and (bool(unit.excluded) or unit.client_value)
+
+    def _model_parts(self, turn: AssistantTurn, conversation: Conversation, minted: set[str]) -> list[dict[str, Any]]:
+        parts: list[dict[str, Any]] = []
+        for unit in turn.units:
+            if isinstance(unit, Reasoning):
+                if turn.foreign and not unit.artefacts and unit.message.content:
+                    conversation.log.warn(
+                        "foreign_thoughts_dropped",
+                        f"thought text of {unit.entity_id} came from another model: not sent as thoughts",
+                        entity_id=unit.entity_id,
+                    )
+                    continue
+                parts += _text_parts(unit.message.content, unit, thought=True)
+            elif isinstance(unit, Text):
+                parts += _text_parts(unit.text, unit, thought=False)
+            elif unit.artefacts:
+                parts += [record.provider_block() for record in unit.artefacts]
+            else:
+                call: dict[str, Any] = {"name": unit.name, "args": unit.arguments}
+                if unit.call.id not in minted:
+                    call["id"] = unit.call.id
+                parts.append({"functionCall": call})
+        return parts
+
+
+def _text_parts(content: str, unit: Reasoning | Text, *, thought: bool) -> list[dict[str, Any]]:
+    """The client's text split around the unit's signed parts, each signed part as received."""
+    parts: list[dict[str, Any]] = []
+    trailing: list[dict[str, Any]] = []
+    cursor = 0
+
+    def unsigned(text: str) -> None:
+        if text:
+            parts.append({"text": text, "thought": True} if thought else {"text": text})
+
+    for record in unit.artefacts:
+        block = record.provider_block()
+        signed_text = block.get("text") or ""
+        if not signed_text:
+            trailing.append(block)  # a signature-only part is the last part of its message (§3.3)
+            continue
+        at = content.find(signed_text, cursor)
+        if at < 0:  # the client no longer holds that text (filtered or edited): the signed part as received
+            parts.append(block)
+            continue
+        unsigned(content[cursor:at])
+        parts.append(block)
+        cursor = at + len(signed_text)
+    unsigned(content[cursor:])
+    return parts + trailing
+
+
+def _minted_ids(conversation: Conversation) -> set[str]:
+    """Tool-call ids reasonwire minted (never sent back as ``functionCall.id``)."""
+    minted: set[str] = set()
+    known: set[str] = set()
+    for call in conversation.calls.values():
+        for record in call.artefacts + [e.record for e in call.excluded if e.record is not None]:
+            for entry in record.native.extra.get("callGroup") or []:
+                if isinstance(entry, dict) and isinstance(entry.get("toolCallId"), str):
+                    known.add(entry["toolCallId"])
+                    if entry.get("idMinted"):
+                        minted.add(entry["toolCallId"])
+    for call_id, call in conversation.calls.items():
+        hint = metadata_hint(call.call.metadata, "idMinted")
+        if hint is not None:
+            known.add(call_id)
+            if hint:
+                minted.add(call_id)
+        if call_id not in known and _MINTED_SHAPE.search(call_id):
+            minted.add(call_id)
+    return minted
+
+
+def _function_response(result: ToolResult, minted: set[str]) -> dict[str, Any]:
+    value = result.value()
+    response: dict[str, Any] = value if isinstance(value, dict) else {"output": value}
+    if result.failed:
+        response = {"error": result.message.error, **({"output": value} if result.text else {})}
+    body: dict[str, Any] = {"name": result.call.name, "response": response}
+    if result.call.entity_id not in minted:
+        body["id"] = result.call.entity_id
+    return {"functionResponse": body}

@@ -1,0 +1,188 @@
+"""The replay worker: ``reasoning.replay.requests.v1`` → the thread's artefacts in Redis → a reply.
+
+A thin FastStream adapter around :func:`workers.replay.replay` (contracts:
+:mod:`contracts.replay`). Per request: validate it at the boundary, read the
+thread's artefacts for the request's tenant only (keys are tenant-namespaced, so
+no request can reach another tenant's state), replay, publish the
+:class:`~contracts.replay.ReplayReply` to ``reply_to`` (default
+``reasoning.replay.replies.v1``) keyed by ``request_id``, then commit. A bad
+request or a replay that fails before the call is answered with ``ok: false``
+and a code, never dropped; only an infrastructure failure (Redis, the broker)
+raises, so the request is retried (``AckPolicy.NACK_ON_ERROR``). Requests are
+read from the group's committed offset, or from the end for a new group: a
+caller waits for its reply, and answering requests nobody waits for any more
+helps no one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from typing import Any
+
+import orjson
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+from faststream import AckPolicy, FastStream
+from faststream.kafka import KafkaBroker
+from faststream.kafka.annotations import KafkaMessage
+from pydantic import ValidationError
+from redis.asyncio import Redis
+
+from contracts import topics
+from contracts.artefacts import ArtefactRecord
+from contracts.replay import ReplayIssue, ReplayReply, ReplayRequest
+from workers.replay import ReplayError, read_history, replay
+from workers.replay.sources import read_thread
+from workers.settings import WorkerSettings
+from workers.store import ArtefactStore
+
+log = logging.getLogger("reasonwire.replay")
+
+GROUP_ENV = "RW_REPLAY_GROUP_ID"
+"""Consumer group of the replay workers (default ``reasonwire-replay``); replicas share it."""
+
+
+def parse_request(raw: bytes) -> ReplayRequest | ReplayReply:
+    """The request, or the reply that refuses it (``invalid_request``) when it breaks the contract."""
+    try:
+        return ReplayRequest.model_validate_json(raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error["loc"]) or "request"
+        request_id = _request_id(raw)
+        return ReplayReply(
+            request_id=request_id,
+            ok=False,
+            error=ReplayIssue(code="invalid_request", message=f"not a reasonwire.replay.request.v1 ({where}: {error['msg']})"),
+        )
+
+
+def thread_of(request: ReplayRequest) -> str | None:
+    if request.thread_id:
+        return request.thread_id
+    try:
+        return read_history(request.history)[1]
+    except ReplayError:
+        return None
+
+
+def reply_for(request: ReplayRequest, artefacts: list[ArtefactRecord]) -> ReplayReply:
+    """The replay of one request over the thread's records (sans-I/O)."""
+    try:
+        result = replay(
+            request.history,
+            artefacts,
+            request.target,
+            tenant=request.tenant,
+            honour_client_omissions=request.honour_client_omissions,
+        )
+    except ReplayError as exc:
+        return ReplayReply(
+            request_id=request.request_id,
+            ok=False,
+            error=ReplayIssue(code=exc.code, message=exc.message, entity_id=exc.entity_id),
+        )
+    return ReplayReply(
+        request_id=request.request_id,
+        ok=True,
+        fragment=result.fragment,
+        warnings=[ReplayIssue(code=w.code, message=w.message, entity_id=w.entity_id) for w in result.warnings],
+        counters=dict(result.counters),
+    )
+
+
+class ReplayWorker:
+    """Answers replay requests from one process."""
+
+    def __init__(self, broker: KafkaBroker, store: ArtefactStore) -> None:
+        self.broker = broker
+        self.store = store
+        self.stats: dict[str, int] = {"requests": 0, "refused": 0}
+
+    async def handle(self, raw: bytes) -> ReplayReply:
+        parsed = parse_request(raw)
+        reply_to = topics.REPLAY_REPLIES
+        if isinstance(parsed, ReplayReply):
+            reply = parsed
+        else:
+            reply_to = parsed.reply_to or reply_to
+            thread_id = thread_of(parsed)
+            if thread_id is None:
+                reply = ReplayReply(
+                    request_id=parsed.request_id,
+                    ok=False,
+                    error=ReplayIssue(code="invalid_request", message="no thread_id and the history names no threadId"),
+                )
+            else:
+                reply = reply_for(parsed, await read_thread(self.store, parsed.tenant, thread_id))
+        self.stats["requests"] += 1
+        self.stats["refused"] += not reply.ok
+        if not reply.ok and reply.error is not None:
+            log.warning("replay %s refused: %s", reply.request_id, reply.error.message)  # content-free (P8)
+        for warning in reply.warnings:
+            log.info("replay %s: %s", reply.request_id, warning.message)
+        body = reply.model_dump_json(by_alias=True, exclude_none=True).encode()
+        await self.broker.publish(body, reply_to, key=reply.request_id.encode())
+        return reply
+
+
+async def ensure_replay_topics(settings: WorkerSettings) -> None:
+    """Create the replay topics with the configured partition count."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
+    await admin.start()
+    try:
+        missing = [NewTopic(t, settings.partitions, 1) for t in topics.REPLAY if t not in set(await admin.list_topics())]
+        if missing:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await admin.create_topics(missing)
+    finally:
+        await admin.close()
+
+
+def create_app(settings: WorkerSettings | None = None) -> tuple[FastStream, ReplayWorker]:
+    settings = settings or WorkerSettings.from_env()
+    broker = KafkaBroker(settings.kafka_bootstrap_servers, acks="all")
+    redis = Redis.from_url(settings.redis_url)
+    store = ArtefactStore(redis, artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
+    worker = ReplayWorker(broker, store)
+
+    @broker.subscriber(
+        topics.REPLAY_REQUESTS,
+        group_id=os.environ.get(GROUP_ENV, "reasonwire-replay"),
+        auto_offset_reset="latest",
+        ack_policy=AckPolicy.NACK_ON_ERROR,
+    )
+    async def on_request(body: Any, msg: KafkaMessage) -> None:
+        await worker.handle(msg.body)  # the raw bytes: the contract is validated here, not by FastStream
+
+    app = FastStream(broker, logger=log)
+
+    @app.on_startup
+    async def _topics() -> None:
+        await ensure_replay_topics(settings)
+
+    @app.on_shutdown
+    async def _close() -> None:
+        await redis.aclose()
+
+    return app, worker
+
+
+def run(settings: WorkerSettings | None = None) -> None:
+    """``reasonwire worker replay``: run until SIGINT/SIGTERM."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    app, _ = create_app(settings)
+    asyncio.run(app.run())
+
+
+def _request_id(raw: bytes) -> str:
+    """The request id of a request that breaks the contract, if one can be read, so its caller hears back."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return "unknown"
+    request_id = value.get("request_id") if isinstance(value, dict) else None
+    return request_id if isinstance(request_id, str) and request_id else "unknown"
