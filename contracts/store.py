@@ -7,8 +7,12 @@ id containing ``{``, ``}``, ``/`` or ``:`` cannot break the tag or collide.
 
 | key | type | holds | TTL |
 |---|---|---|---|
-| ``rw:v1:{t/th}:art:<entityId>`` | string | one :class:`ArtefactRecord` as JSON (value byte-exact) | artefact TTL |
-| ``rw:v1:{t/th}:index`` | list | entity ids of the thread's artefacts, in arrival order | artefact TTL |
+| ``rw:v1:{t/th}:art:<slot>`` | string | one :class:`ArtefactRecord` as JSON (value byte-exact) | artefact TTL |
+| ``rw:v1:{t/th}:index`` | list | slots of the thread's artefacts, in arrival order | artefact TTL |
+
+A *slot* is ``<entityId>#<position>``: one entity can own several values (two
+signed Gemini thought parts in one reasoning message), and each keeps its own
+key, so none overwrites another (R4).
 | ``rw:v1:{t/run}:journal`` | hash | ``<seq>`` → raw provider event of an *open* run | journal TTL |
 | ``rw:v1:{t/run}:ended`` | string | marker: the run ended; late duplicates are skipped | journal TTL |
 
@@ -28,8 +32,13 @@ def _tag(*parts: str) -> str:
     return "{" + "/".join(quote(p, safe="") for p in parts) + "}"
 
 
-def artefact_key(tenant: str, thread_id: str, entity_id: str) -> str:
-    return f"{PREFIX}:{_tag(tenant, thread_id)}:art:{quote(entity_id, safe='')}"
+def artefact_slot(entity_id: str, position: int) -> str:
+    """Where one value of an entity lives: the entity and the value's position in the turn."""
+    return f"{entity_id}#{position}"
+
+
+def artefact_key(tenant: str, thread_id: str, slot: str) -> str:
+    return f"{PREFIX}:{_tag(tenant, thread_id)}:art:{quote(slot, safe='')}"
 
 
 def thread_index_key(tenant: str, thread_id: str) -> str:

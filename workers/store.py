@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from redis.asyncio import Redis
 
 from contracts.artefacts import ArtefactRecord
-from contracts.store import artefact_key, ended_key, journal_key, thread_index_key
+from contracts.store import artefact_key, artefact_slot, ended_key, journal_key, thread_index_key
 from workers.core.normalizer import JournalEntry, RunKey, Step
 from workers.core.wire import record_json
 
@@ -63,31 +63,32 @@ class ArtefactStore:
 
     async def thread_artefacts(self, tenant: str, thread_id: str) -> list[ArtefactRecord]:
         """A thread's artefacts in arrival order (what a replay reads)."""
-        entity_ids = await self.redis.lrange(thread_index_key(tenant, thread_id), 0, -1)
-        if not entity_ids:
+        slots = await self.redis.lrange(thread_index_key(tenant, thread_id), 0, -1)
+        if not slots:
             return []
-        keys = [artefact_key(tenant, thread_id, e.decode()) for e in dict.fromkeys(entity_ids)]
+        keys = [artefact_key(tenant, thread_id, s.decode()) for s in dict.fromkeys(slots)]
         blobs = await self.redis.mget(keys)
         return [ArtefactRecord.model_validate_json(b) for b in blobs if b is not None]
 
     async def erase_thread(self, tenant: str, thread_id: str) -> list[str]:
-        """Remove every artefact of a thread and its index; returns the entity ids removed."""
+        """Remove every artefact of a thread and its index; returns the slots removed."""
         index = thread_index_key(tenant, thread_id)
-        entity_ids = list(dict.fromkeys(e.decode() for e in await self.redis.lrange(index, 0, -1)))
-        keys = [artefact_key(tenant, thread_id, e) for e in entity_ids]
+        slots = list(dict.fromkeys(s.decode() for s in await self.redis.lrange(index, 0, -1)))
+        keys = [artefact_key(tenant, thread_id, s) for s in slots]
         pipe = self.redis.pipeline(transaction=True)
         for key in keys:
             pipe.delete(key)
         pipe.delete(index)
         results = await pipe.execute()
-        return [e for e, removed in zip(entity_ids, results, strict=False) if removed]
+        return [s for s, removed in zip(slots, results, strict=False) if removed]
 
     def _put_artefact(self, pipe: object, record: ArtefactRecord, ttl_s: int) -> None:
         tenant = record.tenant or "default"
-        key = artefact_key(tenant, record.thread_id, record.entity_id)
+        slot = artefact_slot(record.entity_id, record.native.position)
+        key = artefact_key(tenant, record.thread_id, slot)
         index = thread_index_key(tenant, record.thread_id)
         pipe.set(key, record_json(record), ex=ttl_s)  # type: ignore[attr-defined]
-        pipe.rpush(index, record.entity_id)  # type: ignore[attr-defined]
+        pipe.rpush(index, slot)  # type: ignore[attr-defined]
         pipe.expire(index, ttl_s)  # type: ignore[attr-defined]
 
     def _journal(self, pipe: object, run: RunKey, entry: JournalEntry) -> None:

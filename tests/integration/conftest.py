@@ -68,11 +68,11 @@ def primed_group(settings: WorkerSettings) -> WorkerSettings:
     broker reused across sessions does not replay earlier sessions' records."""
 
     async def prime() -> None:
-        await ensure_topics(settings)
+        partitions = await ensure_topics(settings)
         consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers, group_id=settings.group_id, enable_auto_commit=False)
         await consumer.start()
         try:
-            parts = [TopicPartition(topics.RAW, p) for p in (consumer.partitions_for_topic(topics.RAW) or range(PARTITIONS))]
+            parts = [TopicPartition(topics.RAW, p) for p in range(partitions[topics.RAW])]
             consumer.assign(parts)
             await consumer.seek_to_end(*parts)
             await consumer.commit({tp: await consumer.position(tp) for tp in parts})

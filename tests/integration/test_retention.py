@@ -37,8 +37,8 @@ async def test_tenant_ttl_public_stream_and_erase(spawn_worker: Any, producer: A
     # P7: each tenant's opaque state lives as long as its policy says
     ttls = {}
     for tenant, run in runs.items():
-        [entity] = [e.decode() for e in await redis.lrange(thread_index_key(tenant, run.thread_id), 0, -1)]
-        ttls[tenant] = await redis.ttl(artefact_key(tenant, run.thread_id, entity))
+        [slot] = [e.decode() for e in await redis.lrange(thread_index_key(tenant, run.thread_id), 0, -1)]
+        ttls[tenant] = await redis.ttl(artefact_key(tenant, run.thread_id, slot))
     assert 0 < ttls["short"] <= 120
     assert 120 < ttls["default"] <= 7 * 24 * 3600
 
