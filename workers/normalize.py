@@ -3,11 +3,14 @@
 A thin FastStream adapter around :class:`workers.core.normalizer.Normalizer`; every
 decision lives there. Per poll (a batch of raw records): route and translate
 each record, write artefacts and journal entries in one Redis transaction,
-publish the outputs and wait for the broker's acknowledgement, then let
-FastStream commit the offsets (``AckPolicy.NACK_ON_ERROR``: an infrastructure
+publish the outputs and wait for the broker's acknowledgement, close the runs
+that ended (journal dropped, ended marker set), then let FastStream commit the
+offsets (``AckPolicy.NACK_ON_ERROR``: an infrastructure
 failure rewinds to the batch's first record and retries; bad input never
 raises — it is dead-lettered). Offsets are therefore committed only after a
-record's outputs and Redis writes are done: at least once.
+record's outputs and Redis writes are done: at least once. Each poll is traced
+and counted by :mod:`workers.telemetry.normalizer`, whose guards keep content
+out of spans, metrics and logs (P8, docs/telemetry.md).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from contracts.policy import PolicyBook
 from workers.core.normalizer import DeadLetter, Normalizer, RawRecord, Step, dead_letter
 from workers.settings import WorkerSettings
 from workers.store import ArtefactStore
+from workers.telemetry import Telemetry, setup_telemetry
+from workers.telemetry.normalizer import NormalizerTelemetry
 
 log = logging.getLogger("reasonwire.normalize")
 
@@ -38,32 +43,47 @@ log = logging.getLogger("reasonwire.normalize")
 class NormalizerWorker:
     """Owns the run table, the store and the broker for one worker process."""
 
-    def __init__(self, settings: WorkerSettings, broker: KafkaBroker, store: ArtefactStore) -> None:
+    def __init__(self, settings: WorkerSettings, broker: KafkaBroker, store: ArtefactStore, telemetry: NormalizerTelemetry) -> None:
         self.settings = settings
         self.broker = broker
         self.store = store
+        self.telemetry = telemetry
         self.normalizer = Normalizer(PolicyBook.load(settings.policy_file))
         self.lock = asyncio.Lock()
         self.stats: dict[str, int] = {"records": 0, "events": 0, "artefacts": 0, "dead_letters": 0, "skipped": 0}
 
     async def handle(self, records: Sequence[RawRecord]) -> None:
         async with self.lock:
-            steps = [await self._step(record) for record in records]
-            self.stats["artefacts"] += await self.store.apply(steps)
-            await self._publish(steps)
-            self.stats["records"] += len(records)
+            with self.telemetry.batch(records) as trace:
+                try:
+                    steps = [await self._step(record) for record in records]
+                    trace.stepped(steps)  # registers the batch's content before Redis or Kafka can quote it (P8)
+                    self.stats["artefacts"] += await self.store.apply(steps)
+                    await self._publish(steps)
+                    await self.store.close_runs(steps)
+                except Exception:
+                    # The core already advanced these runs in memory; the redelivered poll would
+                    # skip its records as duplicates. Drop them: they are restored from the journal.
+                    self.normalizer.forget_partitions({record.partition for record in records})
+                    raise
+                self.stats["records"] += len(records)
 
     async def expire_idle_runs(self) -> None:
         """Close runs whose ingress vanished (RUN_ERROR code ``inactivity_timeout``)."""
         async with self.lock:
-            steps = self.normalizer.expire(timeout_s=self.settings.inactivity_timeout_s)
-            if steps:
-                await self.store.apply(steps)
-                await self._publish(steps)
+            with self.telemetry.batch(()) as trace:
+                steps = self.normalizer.expire(timeout_s=self.settings.inactivity_timeout_s)
+                trace.stepped(steps)
+                if steps:
+                    await self.store.apply(steps)
+                    await self._publish(steps)
+                    await self.store.close_runs(steps)
 
     async def forget(self, partitions: list[TopicPartition]) -> None:
         async with self.lock:
-            dropped = self.normalizer.forget_partitions(tp.partition for tp in partitions if tp.topic == topics.RAW)
+            revoked = [tp.partition for tp in partitions if tp.topic == topics.RAW]
+            dropped = self.normalizer.forget_partitions(revoked)
+            self.telemetry.forget(revoked)
         log.info("partitions revoked: %d open runs handed over", dropped)
 
     async def _step(self, record: RawRecord) -> Step:
@@ -125,15 +145,17 @@ async def ensure_topics(settings: WorkerSettings) -> dict[str, int]:
         await admin.close()
 
 
-def create_app(settings: WorkerSettings | None = None) -> tuple[FastStream, NormalizerWorker]:
+def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | None = None) -> tuple[FastStream, NormalizerWorker]:
+    """The app and its worker; ``telemetry`` defaults to :func:`setup_telemetry` (``OTEL_*``)."""
     settings = settings or WorkerSettings.from_env()
+    traces = NormalizerTelemetry(telemetry or setup_telemetry(), group_id=settings.group_id)
     broker = KafkaBroker(settings.kafka_bootstrap_servers, log_level=logging.DEBUG, acks="all", linger_ms=2)
     store = ArtefactStore(
         Redis.from_url(settings.redis_url),
         artefact_ttl_s=settings.artefact_ttl_s,
         journal_ttl_s=settings.journal_ttl_s,
     )
-    worker = NormalizerWorker(settings, broker, store)
+    worker = NormalizerWorker(settings, broker, store, traces)
     listener = _HandOver()
     listener.worker = worker
 
@@ -178,6 +200,10 @@ def create_app(settings: WorkerSettings | None = None) -> tuple[FastStream, Norm
         if task is not None:
             task.cancel()
         await store.redis.aclose()
+
+    @app.after_shutdown
+    async def _flush_telemetry() -> None:
+        traces.shutdown()
 
     return app, worker
 

@@ -1,8 +1,10 @@
 """Redis adapters: the artefact store and the open-run journal (key layout: ``contracts.store``).
 
-All writes of one record go in one ``MULTI``/``EXEC`` pipeline: the artefacts,
-the thread index and the journal entry land together or not at all, before the
-record's offset is committed — one round trip per batch of records.
+All writes of one poll go in one ``MULTI``/``EXEC`` pipeline: the artefacts,
+the thread index and the journal entries land together or not at all, before
+the outputs are published — one round trip per batch of records. Runs that
+ended are closed (journal dropped, ended marker set) in a second transaction
+after publishing, and the offsets are committed after that.
 """
 
 from __future__ import annotations
@@ -42,12 +44,24 @@ class ArtefactStore:
                 written += 1
             if step.journal_append is not None:
                 self._journal(pipe, step.run, step.journal_append)
-            if step.run_ended:
+        if len(pipe):
+            await pipe.execute()
+        return written
+
+    async def close_runs(self, steps: Iterable[Step]) -> None:
+        """Drop the journals of runs that ended and mark them ended.
+
+        Called only after the runs' outputs were published: a poll that fails before that
+        is redelivered, and its runs are rebuilt from the journal — a marker written
+        earlier would make the retry skip the run's last events, ``RUN_FINISHED`` included.
+        """
+        pipe = self.redis.pipeline(transaction=True)
+        for step in steps:
+            if step.run is not None and step.run_ended:
                 pipe.delete(journal_key(step.run.tenant, step.run.run_id))
                 pipe.set(ended_key(step.run.tenant, step.run.run_id), b"1", ex=self.journal_ttl_s)
         if len(pipe):
             await pipe.execute()
-        return written
 
     async def load_journal(self, run: RunKey) -> tuple[list[JournalEntry], bool]:
         """The raw events an open run has consumed so far, and whether the run already ended."""

@@ -1,0 +1,384 @@
+"""The telemetry guards and the normalizer's spans and metrics, without a broker (P8, P6).
+
+The guards are tested as an adversary would use them: spans and log lines that
+*try* to carry content (foreign attributes, exception events, status text,
+``%s`` arguments, exception messages, a logger that does not propagate) and the
+check that none of it reaches an exporter or a handler's output.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Status, StatusCode
+
+from contracts import topics
+from contracts.envelope import Control
+from tests.conformance.oracle import LOCAL_FIXTURES, SHARED_FIXTURES
+from workers.core.normalizer import Normalizer, RawRecord, Step
+from workers.ingress import RunEnvelope, raw_records
+from workers.sse import read_events
+from workers.telemetry import Telemetry, setup_telemetry
+from workers.telemetry.normalizer import NormalizerTelemetry
+from workers.telemetry.registry import REDACTED, SLICE, STRIDE, OpaqueRegistry
+
+SIGNATURE = "EqQBCkYIBRgCKkBopaque+only/signatureAAAAbbbbCCCCddddEEEEffff0123456789+/=="
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+BASE64 = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=", min_size=SLICE, max_size=300)
+
+
+@pytest.fixture
+def telemetry() -> Iterator[tuple[Telemetry, InMemorySpanExporter, InMemoryMetricReader]]:
+    spans, metrics = InMemorySpanExporter(), InMemoryMetricReader()
+    t = setup_telemetry(span_exporter=spans, metric_reader=metrics, install_global=False, env={})
+    yield t, spans, metrics
+    t.log_guard.uninstall()
+    t.shutdown()
+
+
+def _metric_points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any], Any]]]:
+    out: dict[str, list[tuple[dict[str, Any], Any]]] = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                out[m.name] = [(dict(p.attributes), p.value) for p in m.data.data_points]
+    return out
+
+
+# -- the registry ---------------------------------------------------------------------
+
+
+@settings(max_examples=200)
+@given(value=BASE64, data=st.data())
+def test_any_27_char_stretch_of_a_registered_value_is_redacted_P8(value: str, data: Any) -> None:
+    registry = OpaqueRegistry()
+    registry.add(value)
+    start = data.draw(st.integers(0, len(value) - SLICE - STRIDE + 1), label="start") if len(value) >= SLICE + STRIDE - 1 else 0
+    stop = data.draw(st.integers(min(len(value), start + SLICE + STRIDE - 1), len(value)), label="stop")
+    leaked = value[start:stop]
+    text = f"error: {leaked} (while writing)"
+    redacted = registry.redact(text)
+    assert leaked not in redacted and REDACTED in redacted
+    assert not any(value[i : i + SLICE] in redacted for i in range(0, len(value) - SLICE + 1, STRIDE))
+    assert redacted.startswith("erro") and redacted.endswith("writing)")  # widened by at most STRIDE-1
+
+
+@settings(max_examples=100)
+@given(text=st.text(min_size=SLICE, max_size=200), cuts=st.lists(st.integers(1, 199), max_size=12))
+def test_reasoning_registered_in_pieces_is_found_like_the_whole_text_P8(text: str, cuts: list[int]) -> None:
+    bounds = sorted({0, len(text), *(c for c in cuts if c < len(text))})
+    registry = OpaqueRegistry()
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        registry.add_stream("message-1", text[a:b])
+    registry.add_stream("message-1", "", end=True)
+    assert registry.contains(text)
+    assert registry.contains(f">>{text[-SLICE:]}<<")  # the tail is registered at the end
+    assert REDACTED in registry.redact(repr(orjson.dumps({"delta": text})))  # as aiokafka logs a value
+
+
+def test_short_values_are_needles_and_tiny_ones_are_ignored_P8() -> None:
+    registry = OpaqueRegistry()
+    registry.add("SIG-U/0==")  # 9 characters: a whole-value needle
+    registry.add("ab12")  # too short to tell from ordinary text
+    assert registry.redact("sig SIG-U/0== end") == f"sig {REDACTED} end"
+    assert not registry.contains("ab12 and SIG-U/0=")
+
+
+def test_the_registry_is_bounded_and_forgets_the_oldest_first() -> None:
+    registry = OpaqueRegistry(max_slices=100, max_needles=2)
+    registry.add(SIGNATURE)
+    for i in range(200):
+        registry.add(f"filler-{i:04d}-" + "x" * 40)
+    assert len(registry) <= 102 and not registry.contains(SIGNATURE)
+
+
+# -- the span guard -------------------------------------------------------------------
+
+
+def test_span_guard_keeps_only_allowlisted_well_formed_attributes_P8(telemetry: Any) -> None:
+    t, spans, metrics = telemetry
+    t.registry.add(SIGNATURE)
+    with t.tracer.start_as_current_span("process reasoning.raw.v1") as span:
+        span.set_attributes(
+            {
+                "gen_ai.provider.name": "anthropic",
+                "gen_ai.request.model": "claude-sonnet-4-5",
+                "gen_ai.usage.output_tokens": 187,
+                "reasonwire.run.id": "run-1",
+                "messaging.kafka.message.key": "run-1",  # not ours to record: a key is the producer's bytes
+                "gen_ai.output.messages": "The user asks whether 2027 is prime",  # free text: no key admits it
+                "gen_ai.provider.name.extra": "x",
+                "reasonwire.tenant": "acme corp with spaces",  # breaks the identifier shape
+                "gen_ai.conversation.id": SIGNATURE[22:62],  # well-shaped, but registered content
+                "gen_ai.usage.input_tokens": "623",  # wrong type
+                "reasonwire.artefact.kind": "anthropic.thinking.signature",
+            }
+        )
+    [exported] = spans.get_finished_spans()
+    assert dict(exported.attributes) == {
+        "gen_ai.provider.name": "anthropic",
+        "gen_ai.request.model": "claude-sonnet-4-5",
+        "gen_ai.usage.output_tokens": 187,
+        "reasonwire.run.id": "run-1",
+        "reasonwire.artefact.kind": "anthropic.thinking.signature",
+        "reasonwire.guard.dropped": 6,
+    }
+    [(labels, removed)] = _metric_points(metrics)["reasonwire.guard.removed"]
+    assert labels == {"reasonwire.guard.signal": "span_attribute"} and removed == 6
+
+
+def test_span_guard_drops_exception_events_and_exception_text_in_status_P8(telemetry: Any) -> None:
+    t, spans, _ = telemetry
+    t.registry.add(SIGNATURE)
+    with pytest.raises(RuntimeError):
+        with t.tracer.start_as_current_span("reasonwire.run"):  # SDK defaults: record and set status
+            raise RuntimeError(f"EXEC failed: SET rw:artefact {SIGNATURE}")
+    with t.tracer.start_as_current_span("reasonwire.run") as span:
+        span.add_event("reasonwire.artefact", {"reasonwire.artefact.bytes": 75, "reasonwire.artefact.value": SIGNATURE})
+        span.add_event("gen_ai.choice", {"message": "readable reasoning"})
+        span.set_status(Status(StatusCode.ERROR, "StoreOutage"))
+    failed, ours = spans.get_finished_spans()
+    assert [e.name for e in failed.events] == []  # the SDK's "exception" event: message and stack trace
+    assert failed.status.status_code is StatusCode.ERROR and failed.status.description is None
+    assert [(e.name, dict(e.attributes)) for e in ours.events] == [("reasonwire.artefact", {"reasonwire.artefact.bytes": 75})]
+    assert ours.status.description == "StoreOutage"  # an exception type name is all a status may say
+
+
+def test_span_guard_renames_foreign_span_names_P8(telemetry: Any) -> None:
+    t, spans, _ = telemetry
+    with t.tracer.start_as_current_span("SET rw:artefact:acme:thread-1 EqQBCkYIBRgCKkB"):
+        pass
+    [exported] = spans.get_finished_spans()
+    assert exported.name == "span"
+
+
+def test_without_exporters_nothing_is_exported_but_the_guards_are_on_P8() -> None:
+    t = setup_telemetry(env={"OTEL_TRACES_EXPORTER": "none"}, install_global=False)
+    try:
+        assert t.tracer_provider._active_span_processor._span_processors == ()  # noqa: SLF001 - no export path
+        assert logging.getLogRecordFactory() is t.log_guard._factory  # noqa: SLF001
+    finally:
+        t.log_guard.uninstall()
+        t.shutdown()
+
+
+def test_otel_environment_selects_the_exporters_and_wraps_each_in_the_guard() -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+    from workers.telemetry import exporters_from_env
+    from workers.telemetry.guard import GuardedSpanProcessor
+
+    env = {"OTEL_TRACES_EXPORTER": "console,otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
+    assert [type(e) for e in exporters_from_env("traces", env)] == [ConsoleSpanExporter, OTLPSpanExporter]
+    with pytest.raises(RuntimeError, match="no such exporter"):
+        list(exporters_from_env("traces", {"OTEL_TRACES_EXPORTER": "carrier-pigeon"}))
+    t = setup_telemetry(env={"OTEL_TRACES_EXPORTER": "console"}, install_global=False)
+    try:
+        processors = t.tracer_provider._active_span_processor._span_processors  # noqa: SLF001
+        assert len(processors) == 1 and isinstance(processors[0], GuardedSpanProcessor)
+    finally:
+        t.log_guard.uninstall()
+        t.shutdown()
+
+
+# -- metrics --------------------------------------------------------------------------
+
+
+def test_metric_labels_are_allowlisted_even_for_third_party_instruments_P8(telemetry: Any) -> None:
+    t, _, metrics = telemetry
+    t.registry.add(SIGNATURE)
+    foreign = t.meter_provider.get_meter("some.library").create_counter("library.calls")
+    foreign.add(1, {"db.statement": f"SET k {SIGNATURE}", "gen_ai.provider.name": "openai"})
+    ours = t.counter("reasonwire.test", unit="1", description="test")
+    ours.add(1, {"reasonwire.artefact.kind": SIGNATURE[:30], "gen_ai.provider.name": "not-a-provider", "messaging.destination.name": topics.EVENTS})
+    points = _metric_points(metrics)
+    assert points["library.calls"] == [({"gen_ai.provider.name": "openai"}, 1)]
+    assert points["reasonwire.test"] == [({"messaging.destination.name": topics.EVENTS}, 1)]
+    assert isinstance(t.meter_provider, MeterProvider)
+
+
+# -- the log guard --------------------------------------------------------------------
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.setFormatter(logging.Formatter("%(message)s"))
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+@pytest.fixture
+def lines(telemetry: Any) -> Iterator[tuple[Telemetry, _Lines, logging.Logger]]:
+    t = telemetry[0]
+    handler = _Lines()
+    logger = logging.getLogger("reasonwire.test.guard")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False  # like FastStream's access logger: the root's handlers never see it
+    t.registry.add(SIGNATURE)
+    yield t, handler, logger
+    logger.removeHandler(handler)
+
+
+def test_log_guard_redacts_the_message_and_its_args_P8(lines: Any) -> None:
+    _, handler, logger = lines
+    logger.warning(f"value {SIGNATURE} in the message")
+    logger.warning("value %s in the args, run %s", SIGNATURE, "run-1")
+    logger.info("nothing to hide in run %s", "run-1")
+    # A hit is widened by up to STRIDE-1 characters each side: the leaked stretch may start unaligned.
+    assert handler.lines == [f"val{REDACTED} the message", f"val{REDACTED} the args, run run-1", "nothing to hide in run run-1"]
+
+
+def test_bytes_log_arguments_are_logged_as_their_size_P8(lines: Any) -> None:
+    _, handler, logger = lines
+    value = orjson.dumps({"type": "REASONING_MESSAGE_CONTENT", "delta": "Let me think about "})
+    logger.debug("Sending (key=%s value=%s) to %s", b"run-1", value, "reasoning.events.v1")  # as aiokafka does
+    assert handler.lines == [f"Sending (key=<5 bytes> value=<{len(value)} bytes>) to reasoning.events.v1"]
+
+
+def test_log_guard_redacts_exception_text_and_drops_the_live_exception_P8(lines: Any) -> None:
+    _, handler, logger = lines
+    records: list[logging.LogRecord] = []
+    handler.addFilter(lambda r: records.append(r) or True)
+    try:
+        raise ConnectionError(f"pipeline failed: HSET journal 3 {orjson.dumps({'signature': SIGNATURE}).decode()}")
+    except ConnectionError as exc:
+        logger.error("StoreOutage: %s", exc, exc_info=exc)
+    [line] = handler.lines
+    assert SIGNATURE[:SLICE] not in line and "ConnectionError" in line and REDACTED in line
+    assert records[0].exc_info is None and REDACTED in (records[0].exc_text or "")  # no handler can re-format it
+
+
+def test_log_filter_on_a_handler_also_redacts_text_a_formatter_cached_P8(lines: Any) -> None:
+    t, _, _ = lines
+    record = logging.LogRecord("x", logging.ERROR, __file__, 1, "boom", None, None)
+    record.exc_text = f"Traceback ...\nValueError: {SIGNATURE}"
+    record.detail = f"extra {SIGNATURE}"
+    assert t.log_guard.filter.filter(record)
+    assert SIGNATURE[:SLICE] not in record.exc_text and SIGNATURE[:SLICE] not in record.detail
+
+
+# -- the normalizer's spans and metrics -----------------------------------------------
+
+RUN = RunEnvelope("anthropic-messages", "run-1", "thread-1", tenant="acme", model="claude-sonnet-4-5")
+
+
+def _records(path: str = "b_reasoning_then_tool_call.jsonl", run: RunEnvelope = RUN) -> list[RawRecord]:
+    fixture = SHARED_FIXTURES / "anthropic-messages" / path
+    with (fixture if fixture.exists() else LOCAL_FIXTURES / "anthropic-messages" / path).open() as f:
+        records = list(raw_records(run, read_events(f), end=Control.END))
+    return [RawRecord(r.key, r.value, (*r.headers, ("traceparent", TRACEPARENT.encode())), 3, i) for i, r in enumerate(records)]
+
+
+def _steps(normalizer: Normalizer, records: list[RawRecord]) -> list[Step]:
+    return [normalizer.accept(normalizer.route(r)) for r in records]  # type: ignore[arg-type]
+
+
+def test_a_run_span_carries_genai_usage_and_latency_and_links_to_the_producer_P6(telemetry: Any) -> None:
+    t, spans, metrics = telemetry
+    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()
+    with traces.batch(records) as trace:
+        trace.stepped(_steps(normalizer, records))
+    finished = spans.get_finished_spans()
+    [run] = [s for s in finished if s.name == "reasonwire.run"]
+    assert format(run.parent.trace_id, "032x") == TRACEPARENT.split("-")[1]  # the ingress's trace
+    assert {k: run.attributes[k] for k in ("gen_ai.provider.name", "gen_ai.request.model", "gen_ai.conversation.id", "reasonwire.run.outcome")} == {
+        "gen_ai.provider.name": "anthropic",
+        "gen_ai.request.model": "claude-sonnet-4-5",
+        "gen_ai.conversation.id": "thread-1",
+        "reasonwire.run.outcome": "finished",
+    }
+    assert run.attributes["gen_ai.usage.output_tokens"] == 187 and run.attributes["gen_ai.usage.reasoning.output_tokens"] == 96
+    assert run.attributes["gen_ai.response.finish_reasons"] == ("tool_use",)
+    assert run.attributes["reasonwire.usage.time_to_first_reasoning_ms"] <= run.attributes["reasonwire.usage.time_to_first_text_ms"]
+    records_ = [s for s in finished if s.name == "process reasoning.raw.v1"]
+    assert len(records_) == len(records)
+    in_run = [s for s in records_ if s.parent is not None and s.parent.span_id == run.context.span_id]
+    assert len(in_run) == len(records) - 1  # the end record arrives after the run ended: no run span
+    assert all(format(s.links[0].context.span_id, "016x") == TRACEPARENT.split("-")[2] for s in records_)
+    assert records_[-1].attributes["reasonwire.record.outcome"] == "skipped_run_ended"
+    [artefact] = [e for s in records_ for e in s.events if e.name == "reasonwire.artefact"]
+    assert set(artefact.attributes) == {
+        "reasonwire.artefact.kind",
+        "reasonwire.artefact.subtype",
+        "reasonwire.artefact.bytes",
+        "reasonwire.artefact.sha256",
+        "reasonwire.artefact.complete",
+    }
+    points = _metric_points(metrics)
+    assert sum(v for _, v in points["reasonwire.artefacts.size"]) == artefact.attributes["reasonwire.artefact.bytes"]
+    assert {labels["messaging.destination.name"] for labels, _ in points["reasonwire.events"]} >= {topics.EVENTS}
+
+
+def test_unknown_events_and_dead_letters_are_counted_by_fixed_labels_P3_R7(telemetry: Any) -> None:
+    t, _, metrics = telemetry
+    traces, normalizer = NormalizerTelemetry(t, group_id="g"), Normalizer()
+    records = _records("f_unknown_events.jsonl", RunEnvelope("anthropic-messages", "run-u", "thread-u"))
+    bad = RawRecord(b"k", b"{}", (("rw-provider", b"smoke-signals"),), 0, 99)
+    malformed = RunEnvelope("anthropic-messages", "run-m", "thread-m")
+    broken = [RawRecord(b"run-m", b"{not json", tuple(malformed.headers(0)), 1, 0)]
+    with traces.batch([*records, bad, *broken]) as trace:
+        steps = _steps(normalizer, records)
+        steps.append(Step(outbound=[]))  # what the worker builds for a dead letter, minus its bytes
+        steps += _steps(normalizer, broken)
+        trace.stepped(steps)
+    points = _metric_points(metrics)
+    unknown = {labels["reasonwire.warning.code"]: v for labels, v in points["reasonwire.events.unknown"]}
+    assert unknown == {"unknown_event": 1, "unknown_delta": 1, "unknown_block": 1}  # expected.json unknown_lines 2, 5, 11
+    assert sorted((labels.get("reasonwire.dlq.cause"), v) for labels, v in points["reasonwire.dlq.records"]) == [("envelope", 1), ("malformed_event", 1)]
+
+
+def test_a_failed_batch_ends_its_spans_with_the_exception_type_only_and_counts_nothing_P8(telemetry: Any) -> None:
+    t, spans, metrics = telemetry
+    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()
+
+    class StoreOutage(Exception):
+        pass
+
+    with pytest.raises(StoreOutage):
+        with traces.batch(records) as trace:
+            steps = _steps(normalizer, records)
+            trace.stepped(steps)
+            raise StoreOutage(f"SET rw:artefact {steps[6].artefacts[0].value}")
+    finished = spans.get_finished_spans()
+    assert len(finished) == len(records) and all(s.status.status_code is StatusCode.ERROR for s in finished)
+    assert {s.status.description for s in finished} == {"StoreOutage"}
+    assert all(s.attributes["error.type"].endswith("StoreOutage") and not s.events for s in finished)
+    assert "reasonwire.records" not in _metric_points(metrics)  # the redelivered poll counts once
+
+
+def test_content_is_registered_before_the_store_can_quote_it_P8(telemetry: Any) -> None:
+    t, _, _ = telemetry
+    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()
+    with traces.batch(records) as trace:
+        steps = _steps(normalizer, records)
+        trace.stepped(steps)
+        [value] = [a.value for s in steps for a in s.artefacts]
+        reasoning = "".join(
+            e["delta"] for s in steps for o in s.outbound if o.topic == topics.EVENTS for e in [orjson.loads(o.value)] if e["type"] == "REASONING_MESSAGE_CONTENT"
+        )
+        assert t.registry.contains(value) and t.registry.contains(reasoning[5:40])
+
+
+def test_revoked_partitions_end_their_run_spans_as_handed_over(telemetry: Any) -> None:
+    t, spans, _ = telemetry
+    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()[:5]
+    with traces.batch(records) as trace:
+        trace.stepped(_steps(normalizer, records))
+    traces.forget([3])
+    [run] = [s for s in spans.get_finished_spans() if s.name == "reasonwire.run"]
+    assert run.attributes["reasonwire.run.outcome"] == "handed_over" and run.attributes["reasonwire.run.records"] == 5

@@ -1,0 +1,145 @@
+"""OpenTelemetry for reasonwire's workers: traces and metrics that never carry content (P8).
+
+Theory of operation
+-------------------
+:func:`setup_telemetry` builds one :class:`Telemetry` per worker process from
+the standard ``OTEL_*`` environment (``OTEL_TRACES_EXPORTER`` /
+``OTEL_METRICS_EXPORTER`` = ``none`` | ``console`` | ``otlp`` | any installed
+exporter entry point, ``OTEL_EXPORTER_OTLP_*``, ``OTEL_SERVICE_NAME``,
+``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``, ``OTEL_BSP_*``,
+``OTEL_METRIC_EXPORT_INTERVAL``). Unlike the SDK's own auto-configuration, an
+unset exporter variable means *no export*; the guards are installed either way:
+
+* every exporting span processor is wrapped in a
+  :class:`~workers.telemetry.guard.GuardedSpanProcessor` (allowlisted attributes,
+  no foreign span events, no exception text);
+* every metric data point keeps only allowlisted attribute keys (an SDK View);
+* the log guard redacts registered content from every log record, whichever
+  library logs it.
+
+The :class:`~workers.telemetry.registry.OpaqueRegistry` is filled by the
+worker's hooks (:mod:`workers.telemetry.normalizer`) with the content it
+handles. Tests inject an ``InMemorySpanExporter`` and an ``InMemoryMetricReader``
+and keep the providers local (``install_global=False``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.view import View
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
+
+from workers.telemetry.guard import ContentGuard, GuardedCounter, GuardedSpanProcessor, LogGuard
+from workers.telemetry.registry import OpaqueRegistry
+from workers.telemetry.vocabulary import METRIC_ATTRIBUTES, RW_GUARD_SIGNAL
+
+__all__ = ["Telemetry", "setup_telemetry", "OpaqueRegistry"]
+
+DEFAULT_SERVICE_NAME = "reasonwire-worker"
+SCOPE = "reasonwire"
+
+
+@dataclass
+class Telemetry:
+    """One process's providers, registry and installed guards."""
+
+    registry: OpaqueRegistry
+    guard: ContentGuard
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+    log_guard: LogGuard
+
+    @property
+    def tracer(self) -> trace.Tracer:
+        return self.tracer_provider.get_tracer(SCOPE)
+
+    def counter(self, name: str, *, unit: str, description: str) -> GuardedCounter:
+        meter = self.meter_provider.get_meter(SCOPE)
+        return GuardedCounter(meter.create_counter(name, unit=unit, description=description), self.guard)
+
+    def shutdown(self) -> None:
+        """Flush and stop exporting; the log guard stays (late log lines are still redacted)."""
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
+
+
+def setup_telemetry(
+    *,
+    span_exporter: SpanExporter | None = None,
+    metric_reader: MetricReader | None = None,
+    env: Mapping[str, str] | None = None,
+    install_global: bool = True,
+) -> Telemetry:
+    """Providers from ``OTEL_*`` (plus the injected exporter / reader), guards on."""
+    env = os.environ if env is None else env
+    registry = OpaqueRegistry()
+    guard = ContentGuard(registry)
+    resource = _resource()
+
+    readers = [PeriodicExportingMetricReader(e) for e in exporters_from_env("metrics", env)]
+    if metric_reader is not None:
+        readers.append(metric_reader)
+    meter_provider = MeterProvider(
+        resource=resource,
+        metric_readers=readers,
+        views=[View(instrument_name="*", attribute_keys=set(METRIC_ATTRIBUTES))],
+    )
+    removed = GuardedCounter(
+        meter_provider.get_meter(SCOPE).create_counter(
+            "reasonwire.guard.removed", unit="{item}", description="Attributes, events, names and log texts the content guard removed"
+        ),
+        guard,
+    )
+
+    def report(signal: str, count: int) -> None:
+        removed.add(count, {RW_GUARD_SIGNAL: signal})
+
+    tracer_provider = TracerProvider(resource=resource)
+    for exporter in exporters_from_env("traces", env):
+        tracer_provider.add_span_processor(GuardedSpanProcessor(BatchSpanProcessor(exporter), guard, report))
+    if span_exporter is not None:
+        tracer_provider.add_span_processor(GuardedSpanProcessor(SimpleSpanProcessor(span_exporter), guard, report))
+
+    log_guard = LogGuard(registry, report).install()
+    if install_global:
+        trace.set_tracer_provider(tracer_provider)
+        metrics.set_meter_provider(meter_provider)
+    return Telemetry(registry, guard, tracer_provider, meter_provider, log_guard)
+
+
+def _resource() -> Resource:
+    resource = Resource.create()
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
+    return resource
+
+
+def exporters_from_env(signal: str, env: Mapping[str, str]) -> Iterator[Any]:
+    """Exporters named by ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` (unset = none)."""
+    names = [n.strip() for n in env.get(f"OTEL_{signal.upper()}_EXPORTER", "none").split(",") if n.strip()]
+    for name in names:
+        if name == "none":
+            continue
+        found = entry_points(group=f"opentelemetry_{signal}_exporter", name=_otlp_flavour(name, signal, env))
+        if not found:
+            raise RuntimeError(f"OTEL_{signal.upper()}_EXPORTER names {name!r}, but no such exporter is installed")
+        yield next(iter(found)).load()()
+
+
+def _otlp_flavour(name: str, signal: str, env: Mapping[str, str]) -> str:
+    """``otlp`` means gRPC unless ``OTEL_EXPORTER_OTLP[_<SIGNAL>]_PROTOCOL`` says ``http/protobuf``
+    (the SDK's own rule)."""
+    if name != "otlp":
+        return name
+    protocol = (env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc").strip()
+    return {"grpc": "otlp_proto_grpc", "http/protobuf": "otlp_proto_http"}.get(protocol, name)
