@@ -38,6 +38,8 @@ from workers.replay import ReplayError, read_history, replay
 from workers.replay.sources import read_thread
 from workers.settings import WorkerSettings
 from workers.store import ArtefactStore
+from workers.telemetry import Telemetry, setup_telemetry
+from workers.telemetry.replay import ReplayTelemetry
 
 log = logging.getLogger("reasonwire.replay")
 
@@ -97,9 +99,10 @@ def reply_for(request: ReplayRequest, artefacts: list[ArtefactRecord]) -> Replay
 class ReplayWorker:
     """Answers replay requests from one process."""
 
-    def __init__(self, broker: KafkaBroker, store: ArtefactStore) -> None:
+    def __init__(self, broker: KafkaBroker, store: ArtefactStore, metrics: ReplayTelemetry | None = None) -> None:
         self.broker = broker
         self.store = store
+        self.metrics = metrics
         self.stats: dict[str, int] = {"requests": 0, "refused": 0}
 
     async def handle(self, raw: bytes) -> ReplayReply:
@@ -118,6 +121,8 @@ class ReplayWorker:
                 )
             else:
                 reply = reply_for(parsed, await read_thread(self.store, parsed.tenant, thread_id))
+                if self.metrics is not None and reply.counters:
+                    self.metrics.record(parsed.target.grammar, reply.counters)  # drops by issuer (R8)
         self.stats["requests"] += 1
         self.stats["refused"] += not reply.ok
         if not reply.ok and reply.error is not None:
@@ -142,12 +147,13 @@ async def ensure_replay_topics(settings: WorkerSettings) -> None:
         await admin.close()
 
 
-def create_app(settings: WorkerSettings | None = None) -> tuple[FastStream, ReplayWorker]:
+def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | None = None) -> tuple[FastStream, ReplayWorker]:
     settings = settings or WorkerSettings.from_env()
+    metrics = ReplayTelemetry(telemetry or setup_telemetry())
     broker = KafkaBroker(settings.kafka_bootstrap_servers, acks="all")
     redis = Redis.from_url(settings.redis_url)
     store = ArtefactStore(redis, artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
-    worker = ReplayWorker(broker, store)
+    worker = ReplayWorker(broker, store, metrics)
 
     @broker.subscriber(
         topics.REPLAY_REQUESTS,

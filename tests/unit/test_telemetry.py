@@ -382,3 +382,32 @@ def test_revoked_partitions_end_their_run_spans_as_handed_over(telemetry: Any) -
     traces.forget([3])
     [run] = [s for s in spans.get_finished_spans() if s.name == "reasonwire.run"]
     assert run.attributes["reasonwire.run.outcome"] == "handed_over" and run.attributes["reasonwire.run.records"] == 5
+
+
+def test_replays_dropped_by_issuer_are_counted_by_provider_and_reason_R8() -> None:
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from tests.unit.test_replay import ANTHROPIC_A, history_of, then_user
+    from workers.replay import replay
+    from workers.telemetry import setup_telemetry
+    from workers.telemetry.replay import ReplayTelemetry
+    from contracts.replay import ReplayTarget
+    from contracts.grammars import Grammar
+
+    reader = InMemoryMetricReader()
+    telemetry = setup_telemetry(metric_reader=reader, install_global=False, env={})
+    try:
+        history, artefacts = history_of(ANTHROPIC_A)
+        result = replay(then_user(history), artefacts, ReplayTarget(grammar=Grammar.ANTHROPIC_MESSAGES, model="claude-opus-4-1"))
+        ReplayTelemetry(telemetry).record(Grammar.ANTHROPIC_MESSAGES, result.counters)
+        points = [
+            (dict(p.attributes), p.value)
+            for rm in reader.get_metrics_data().resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == "reasonwire.replay.artefacts.dropped"
+            for p in m.data.data_points
+        ]
+    finally:
+        telemetry.log_guard.uninstall()
+    assert points == [({"gen_ai.provider.name": "anthropic", "reasonwire.replay.drop_reason": "foreign_issuer"}, 1)]
