@@ -22,6 +22,7 @@ it is operational state for takeover, not a retained copy of raw events.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Final
 from urllib.parse import quote
 
@@ -37,17 +38,21 @@ def artefact_slot(entity_id: str, position: int) -> str:
     return f"{entity_id}#{position}"
 
 
+@lru_cache(maxsize=65536)
 def artefact_key(tenant: str, thread_id: str, slot: str) -> str:
     return f"{PREFIX}:{_tag(tenant, thread_id)}:art:{quote(slot, safe='')}"
 
 
+@lru_cache(maxsize=65536)
 def thread_index_key(tenant: str, thread_id: str) -> str:
     return f"{PREFIX}:{_tag(tenant, thread_id)}:index"
 
 
+@lru_cache(maxsize=65536)
 def journal_key(tenant: str, run_id: str) -> str:
     return f"{PREFIX}:{_tag(tenant, run_id)}:journal"
 
 
+@lru_cache(maxsize=65536)
 def ended_key(tenant: str, run_id: str) -> str:
     return f"{PREFIX}:{_tag(tenant, run_id)}:ended"

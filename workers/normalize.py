@@ -21,7 +21,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from faststream import AckPolicy, FastStream
@@ -50,6 +50,7 @@ class NormalizerWorker:
         self.telemetry = telemetry
         self.normalizer = Normalizer(PolicyBook.load(settings.policy_file))
         self.lock = asyncio.Lock()
+        self.producer: AIOKafkaProducer | None = None
         self.stats: dict[str, int] = {"records": 0, "events": 0, "artefacts": 0, "dead_letters": 0, "skipped": 0}
 
     async def handle(self, records: Sequence[RawRecord]) -> None:
@@ -104,10 +105,11 @@ class NormalizerWorker:
 
     async def _publish(self, steps: Sequence[Step]) -> None:
         pending = []
+        send = self.producer.send  # type: ignore[union-attr]
         for step in steps:
             for out in step.outbound:
                 pending.append(
-                    await self.broker.publish(out.value, out.topic, key=out.key, headers=out.headers, no_confirm=True)
+                    await send(out.topic, out.value, key=out.key, headers=[(k, v.encode()) for k, v in out.headers.items()])
                 )
                 self.stats["dead_letters" if out.topic == topics.DLQ else "events"] += 1
         if pending:
@@ -168,6 +170,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         auto_offset_reset="earliest",
         ack_policy=AckPolicy.NACK_ON_ERROR,
         listener=listener,
+        decoder=_no_decode,
     )
     async def on_raw(body: Any, msg: KafkaMessage) -> None:
         raw = msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,)
@@ -189,6 +192,8 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
     @app.on_startup
     async def _topics() -> None:
         await ensure_topics(settings)
+        worker.producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", linger_ms=2)
+        await worker.producer.start()
 
     @app.after_startup
     async def _start_expiry() -> None:
@@ -200,12 +205,19 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         if task is not None:
             task.cancel()
         await store.redis.aclose()
+        if worker.producer is not None:
+            await worker.producer.stop()
 
     @app.after_shutdown
     async def _flush_telemetry() -> None:
         traces.shutdown()
 
     return app, worker
+
+
+async def _no_decode(msg: Any) -> None:
+    """The raw bodies are provider bytes the translator parses itself: never JSON-decode them twice."""
+    return None
 
 
 def _raw_record(record: Any) -> RawRecord:

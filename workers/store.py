@@ -35,6 +35,7 @@ class ArtefactStore:
         pipe = self.redis.pipeline(transaction=True)
         written = 0
         now_ms = int(time.time() * 1000)
+        journals: dict[RunKey, dict[str, bytes]] = {}
         for step in steps:
             if step.run is None:
                 continue
@@ -43,7 +44,12 @@ class ArtefactStore:
                 self._put_artefact(pipe, record.model_copy(update={"created_at_ms": now_ms}), ttl)
                 written += 1
             if step.journal_append is not None:
-                self._journal(pipe, step.run, step.journal_append)
+                entry = step.journal_append
+                journals.setdefault(step.run, {})[str(entry.seq)] = (entry.sse_event or "").encode() + _SSE_SEPARATOR + entry.value
+        for run, fields in journals.items():  # one HSET + one EXPIRE per run per batch, not per record
+            key = journal_key(run.tenant, run.run_id)
+            pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
+            pipe.expire(key, self.journal_ttl_s)
         if len(pipe):
             await pipe.execute()
         return written
@@ -104,9 +110,3 @@ class ArtefactStore:
         pipe.set(key, record_json(record), ex=ttl_s)  # type: ignore[attr-defined]
         pipe.rpush(index, slot)  # type: ignore[attr-defined]
         pipe.expire(index, ttl_s)  # type: ignore[attr-defined]
-
-    def _journal(self, pipe: object, run: RunKey, entry: JournalEntry) -> None:
-        key = journal_key(run.tenant, run.run_id)
-        blob = (entry.sse_event or "").encode() + _SSE_SEPARATOR + entry.value
-        pipe.hset(key, str(entry.seq), blob)  # type: ignore[attr-defined]
-        pipe.expire(key, self.journal_ttl_s)  # type: ignore[attr-defined]

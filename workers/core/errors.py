@@ -28,7 +28,9 @@ def require(obj: Any, key: str, kind: type | tuple[type, ...], *, where: str) ->
     Handlers use this instead of indexing so that a malformed known event becomes
     a clear R7 error rather than a bare ``KeyError`` from deep inside.
     """
-    value = obj.get(key) if isinstance(obj, Mapping) else None
+    value = obj.get(key) if type(obj) is dict or isinstance(obj, Mapping) else None  # dict first: no ABC check
+    if type(value) is kind:  # the common case, and never a bool posing as an int
+        return value
     if not isinstance(value, kind) or isinstance(value, bool) and kind in (int, (int,)):
         names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         raise ProviderGrammarError(f"{where}: field {key!r} missing or not {names}")
@@ -37,7 +39,7 @@ def require(obj: Any, key: str, kind: type | tuple[type, ...], *, where: str) ->
 
 def optional(obj: Any, key: str, kind: type | tuple[type, ...], *, where: str) -> Any:
     """Like :func:`require`, but an absent or null field is ``None``."""
-    if not isinstance(obj, Mapping) or obj.get(key) is None:
+    if not (type(obj) is dict or isinstance(obj, Mapping)) or obj.get(key) is None:
         return None
     return require(obj, key, kind, where=where)
 

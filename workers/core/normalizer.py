@@ -286,12 +286,15 @@ class Normalizer:
         }
         for event in translation.events:
             trusted = state.trusted.admit(event)
+            blob = None
             if trusted is not None:
-                step.outbound.append(_event_record(topics.EVENTS, key, trusted, base, state.event_seq))
+                blob = event_json(trusted)
+                step.outbound.append(_event_record(topics.EVENTS, key, blob, base, state.event_seq))
                 state.event_seq += 1
             public = state.public.admit(event)
             if public is not None:
-                step.outbound.append(_event_record(topics.EVENTS_PUBLIC, key, public, base, state.public_seq))
+                public_blob = blob if public is trusted and blob is not None else event_json(public)
+                step.outbound.append(_event_record(topics.EVENTS_PUBLIC, key, public_blob, base, state.public_seq))
                 state.public_seq += 1
         if policy.opaque_state.store:
             step.artefact_ttl_s = policy.opaque_state.ttl_s
@@ -314,9 +317,9 @@ class Normalizer:
         self._mark_ended(RunKey(env.tenant, env.run_id))
 
 
-def _event_record(topic: str, key: bytes, event: BaseEvent, base: dict[str, str], seq: int) -> Outbound:
+def _event_record(topic: str, key: bytes, blob: bytes, base: dict[str, str], seq: int) -> Outbound:
     headers = {**base, HEADER_EVENT_SEQ: str(seq), "content-type": "application/json"}
-    return Outbound(topic, key, event_json(event), headers)
+    return Outbound(topic, key, blob, headers)
 
 
 def dead_letter(item: DeadLetter) -> Outbound:
