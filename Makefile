@@ -67,5 +67,22 @@ translate-samples: $(STAMP) ## run `reasonwire translate` over every sample stre
 	  done; \
 	done
 
+BENCH_STAMP := $(VENV)/.bench-installed
+BENCH_ARGS ?=
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+# Not part of `make test`. Starts the services unless KAFKA_BOOTSTRAP_SERVERS / REDIS_URL
+# name running ones, and stops afterwards only what it started itself (as `make test`).
+.PHONY: bench
+bench: $(BENCH_STAMP) ## benchmarks (translator vs JSON floor and LiteLLM, worker vs passthrough, memory); writes bench/results/
+	@if bash deploy/services.sh status >/dev/null 2>&1; then started=no; else started=yes; fi; \
+	set -a; eval "$$(bash deploy/services.sh up)"; set +a; \
+	$(PY) -m bench $(BENCH_ARGS); rc=$$?; \
+	if [ "$$started" = yes ] && [ -z "$${KEEP_SERVICES:-}" ]; then bash deploy/services.sh down >/dev/null 2>&1 || true; fi; \
+	exit $$rc
+
 clean: ## remove the virtualenv and outputs
 	rm -rf $(VENV) out .pytest_cache
