@@ -84,9 +84,9 @@ def primed_group(settings: WorkerSettings) -> WorkerSettings:
 
 
 class WorkerProcess:
-    """``reasonwire worker normalize`` as a real OS process."""
+    """``reasonwire worker <kind>`` (``normalize`` or ``replay``) as a real OS process."""
 
-    def __init__(self, settings: WorkerSettings, log: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, settings: WorkerSettings, log: Path, extra_env: dict[str, str] | None = None, *, kind: str = "normalize") -> None:
         env = {
             **os.environ,
             "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
@@ -98,7 +98,9 @@ class WorkerProcess:
         }
         self.log = log
         self._out = log.open("wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "workers.cli", "worker", "normalize"], env=env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.kind = kind
+        cmd = [sys.executable, "-m", "workers.cli", "worker", kind]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
 
     def wait_assigned(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -106,9 +108,9 @@ class WorkerProcess:
             if "assigned to partitions" in self.log.read_text(errors="replace"):
                 return
             if self.proc.poll() is not None:
-                raise AssertionError(f"worker exited: {self.log.read_text(errors='replace')[-2000:]}")
+                raise AssertionError(f"{self.kind} worker exited: {self.log.read_text(errors='replace')[-2000:]}")
             time.sleep(0.2)
-        raise AssertionError(f"worker never got partitions: {self.log.read_text(errors='replace')[-2000:]}")
+        raise AssertionError(f"{self.kind} worker never got partitions: {self.log.read_text(errors='replace')[-2000:]}")
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)

@@ -9,9 +9,6 @@ another tenant never receives that state (R8).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -26,7 +23,7 @@ from contracts import topics
 from contracts.grammars import Grammar
 from contracts.replay import ReplayReply, ReplayRequest, ReplayTarget
 from tests.conformance.oracle import assert_valid_stream
-from tests.integration.conftest import ROOT, Collector, send
+from tests.integration.conftest import Collector, WorkerProcess, send
 from tests.unit.test_replay_roundtrip import (
     comparable,
     expected_of,
@@ -50,46 +47,10 @@ CASES = [p for p in replay_fixtures() if p.stem.startswith("b_")]
 """One tool-call turn per grammar that has a translator: the stateless next turn (P9)."""
 
 
-class ReplayWorkerProcess:
-    """``reasonwire worker replay`` as a real OS process."""
-
-    def __init__(self, settings: WorkerSettings, log: Path) -> None:
-        env = {
-            **os.environ,
-            "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
-            "REDIS_URL": settings.redis_url,
-            "RW_PARTITIONS": str(settings.partitions),
-            "RW_REPLAY_GROUP_ID": f"rw-replay-test-{uuid.uuid4().hex[:8]}",
-        }
-        self.log = log
-        self._out = log.open("wb")
-        cmd = [sys.executable, "-m", "workers.cli", "worker", "replay"]
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
-
-    def wait_assigned(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if "assigned to partitions" in self.log.read_text(errors="replace"):
-                return
-            if self.proc.poll() is not None:
-                raise AssertionError(f"replay worker exited: {self.log.read_text(errors='replace')[-2000:]}")
-            time.sleep(0.2)
-        raise AssertionError(f"replay worker never got partitions: {self.log.read_text(errors='replace')[-2000:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._out.close()
-
-
 @pytest.fixture
-def replay_worker(primed_group: WorkerSettings, tmp_path: Path) -> Iterator[ReplayWorkerProcess]:
-    worker = ReplayWorkerProcess(primed_group, tmp_path / "replay-worker.log")
+def replay_worker(primed_group: WorkerSettings, tmp_path: Path) -> Iterator[WorkerProcess]:
+    group = {"RW_REPLAY_GROUP_ID": f"rw-replay-test-{uuid.uuid4().hex[:8]}"}
+    worker = WorkerProcess(primed_group, tmp_path / "replay-worker.log", group, kind="replay")
     try:
         worker.wait_assigned()
         yield worker
@@ -124,7 +85,7 @@ async def ask(producer: AIOKafkaProducer, replies: AIOKafkaConsumer, request: Re
 @pytest.mark.skipif(not CASES, reason="no grammar with a tool-call replay fixture has a translator yet")
 async def test_the_next_turn_is_rebuilt_over_kafka_from_the_stored_state_P5_R8(
     spawn_worker: Any,
-    replay_worker: ReplayWorkerProcess,
+    replay_worker: WorkerProcess,
     producer: AIOKafkaProducer,
     replies: AIOKafkaConsumer,
     primed_group: Any,
