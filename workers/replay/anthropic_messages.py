@@ -31,6 +31,7 @@ from workers.replay.core import (
     Text,
     ToolResults,
     UserTurn,
+    drop_reasoning_only,
     merge_adjacent,
 )
 
@@ -38,23 +39,21 @@ from workers.replay.core import (
 class AnthropicMessagesReplay(ReplayBuilder):
     grammar = Grammar.ANTHROPIC_MESSAGES
 
-    def build(self, conversation: Conversation) -> dict[str, Any]:
-        messages: list[dict[str, Any]] = []
-        for turn in conversation.turns:
-            if isinstance(turn, UserTurn):
-                content: Any = turn.texts[0] if turn.plain else [_text(t) for t in turn.texts]
-                messages.append({"role": "user", "content": content})
-            elif isinstance(turn, ToolResults):
-                results = [_tool_result(r.call.entity_id, r.text, r.failed) for r in turn.results]
-                messages.append({"role": "user", "content": results})
-            elif isinstance(turn, AssistantTurn):
-                if all(isinstance(unit, Reasoning) for unit in turn.units):
-                    _drop_reasoning_only(turn, conversation)
-                    continue
-                blocks = [block for unit in turn.units for block in _blocks(unit)]
-                if blocks:
-                    messages.append({"role": "assistant", "content": blocks})
-        fragment: dict[str, Any] = {"messages": merge_adjacent(messages, "content", _as_blocks)}
+    def user(self, turn: UserTurn) -> list[dict[str, Any]]:
+        content: Any = turn.texts[0] if turn.plain else [_text(t) for t in turn.texts]
+        return [{"role": "user", "content": content}]
+
+    def tool_results(self, turn: ToolResults, conversation: Conversation) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": [_tool_result(r.call.entity_id, r.text, r.failed) for r in turn.results]}]
+
+    def assistant(self, turn: AssistantTurn, conversation: Conversation) -> list[dict[str, Any]]:
+        if drop_reasoning_only(turn, conversation):
+            return []
+        blocks = [block for unit in turn.units for block in _blocks(unit)]
+        return [{"role": "assistant", "content": blocks}] if blocks else []
+
+    def fragment(self, entries: list[dict[str, Any]], conversation: Conversation) -> dict[str, Any]:
+        fragment: dict[str, Any] = {"messages": merge_adjacent(entries, "content", _as_blocks)}
         if conversation.instructions:
             fragment["system"] = "\n\n".join(conversation.instructions)
         return fragment
@@ -63,14 +62,6 @@ class AnthropicMessagesReplay(ReplayBuilder):
         # "a final assistant message must start with a thinking block" while thinking is on,
         # and a tool loop keeps one thinking configuration (REFERENCE §2.5).
         return isinstance(unit, Reasoning)
-
-
-def _drop_reasoning_only(turn: AssistantTurn, conversation: Conversation) -> None:
-    """A turn cut off after its reasoning (interrupted before any answer or call) has nothing the
-    reasoning could precede; earlier turns' reasoning is not read by the model anyway."""
-    for unit in turn.units:
-        if unit.artefacts:
-            conversation.drop(unit, "reasoning_only_turn", f"{unit.entity_id} ends a turn with no answer or call: left out")
 
 
 def _blocks(unit: Reasoning | Text | Call) -> list[dict[str, Any]]:

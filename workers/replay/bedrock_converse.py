@@ -32,6 +32,7 @@ from workers.replay.core import (
     ToolResult,
     ToolResults,
     UserTurn,
+    drop_reasoning_only,
     merge_adjacent,
 )
 from workers.replay.family import model_family
@@ -40,21 +41,20 @@ from workers.replay.family import model_family
 class BedrockConverseReplay(ReplayBuilder):
     grammar = Grammar.BEDROCK_CONVERSE
 
-    def build(self, conversation: Conversation) -> dict[str, Any]:
-        messages: list[dict[str, Any]] = []
-        for turn in conversation.turns:
-            if isinstance(turn, UserTurn):
-                messages.append({"role": "user", "content": [{"text": t} for t in turn.texts]})
-            elif isinstance(turn, ToolResults):
-                messages.append({"role": "user", "content": [_tool_result(r) for r in turn.results]})
-            elif isinstance(turn, AssistantTurn):
-                if all(isinstance(unit, Reasoning) for unit in turn.units):
-                    _drop_reasoning_only(turn, conversation)
-                    continue
-                blocks = [block for unit in turn.units for block in _blocks(unit)]
-                if blocks:
-                    messages.append({"role": "assistant", "content": blocks})
-        fragment: dict[str, Any] = {"messages": merge_adjacent(messages, "content", list)}
+    def user(self, turn: UserTurn) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": [{"text": t} for t in turn.texts]}]
+
+    def tool_results(self, turn: ToolResults, conversation: Conversation) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": [_tool_result(r) for r in turn.results]}]
+
+    def assistant(self, turn: AssistantTurn, conversation: Conversation) -> list[dict[str, Any]]:
+        if drop_reasoning_only(turn, conversation):
+            return []
+        blocks = [block for unit in turn.units for block in _blocks(unit)]
+        return [{"role": "assistant", "content": blocks}] if blocks else []
+
+    def fragment(self, entries: list[dict[str, Any]], conversation: Conversation) -> dict[str, Any]:
+        fragment: dict[str, Any] = {"messages": merge_adjacent(entries, "content", list)}
         if conversation.instructions:
             fragment["system"] = [{"text": text} for text in conversation.instructions]
         return fragment
@@ -62,14 +62,6 @@ class BedrockConverseReplay(ReplayBuilder):
     def needs_artefact(self, unit: Reasoning | Text | Call, conversation: Conversation) -> bool:
         family = model_family(self.grammar, conversation.target.model) or conversation.continuity.model_family or ""
         return isinstance(unit, Reasoning) and "claude" in family
-
-
-def _drop_reasoning_only(turn: AssistantTurn, conversation: Conversation) -> None:
-    """A turn cut off after its reasoning (interrupted before any answer or call) has nothing the
-    reasoning could precede; earlier turns' reasoning is not read by the model anyway."""
-    for unit in turn.units:
-        if unit.artefacts:
-            conversation.drop(unit, "reasoning_only_turn", f"{unit.entity_id} ends a turn with no answer or call: left out")
 
 
 def _blocks(unit: Reasoning | Text | Call) -> list[dict[str, Any]]:

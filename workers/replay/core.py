@@ -695,11 +695,43 @@ def content_texts(content: str | list[Any], *, what: str) -> list[str]:
 
 
 class ReplayBuilder:
-    """One grammar's provider-native shapes. Subclasses set ``grammar`` and implement ``build``."""
+    """One grammar's provider-native shapes.
+
+    :meth:`build` walks the conversation's turns once, asking the grammar for the
+    entries each turn becomes (``user``, ``tool_results``, ``assistant``,
+    ``instructions``), then for the request fragment that holds them (``fragment``).
+    Subclasses set ``grammar`` and implement the hooks.
+    """
 
     grammar: ClassVar[Grammar]
 
     def build(self, conversation: Conversation) -> dict[str, Any]:
+        entries: list[dict[str, Any]] = []
+        for turn in conversation.turns:
+            if isinstance(turn, UserTurn):
+                entries += self.user(turn)
+            elif isinstance(turn, ToolResults):
+                entries += self.tool_results(turn, conversation)
+            elif isinstance(turn, AssistantTurn):
+                entries += self.assistant(turn, conversation)
+            else:
+                entries += self.instructions(turn)
+        return self.fragment(entries, conversation)
+
+    def user(self, turn: UserTurn) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def tool_results(self, turn: ToolResults, conversation: Conversation) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def assistant(self, turn: AssistantTurn, conversation: Conversation) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def instructions(self, turn: Instructions) -> list[dict[str, Any]]:
+        """System / developer messages in the history; most grammars lift them out (see ``fragment``)."""
+        return []
+
+    def fragment(self, entries: list[dict[str, Any]], conversation: Conversation) -> dict[str, Any]:
         raise NotImplementedError
 
     def needs_artefact(self, unit: Reasoning | Text | Call, conversation: Conversation) -> bool:
@@ -769,6 +801,18 @@ def metadata_hint(metadata: Mapping[str, Any] | None, key: str) -> Any:
         return None
     ours = metadata.get("reasonwire")
     return ours.get(key) if isinstance(ours, Mapping) else None
+
+
+def drop_reasoning_only(turn: AssistantTurn, conversation: Conversation) -> bool:
+    """A turn cut off after its reasoning (interrupted before any answer or call) has nothing the
+    reasoning could precede; earlier turns' reasoning is not read by the model anyway. True when
+    the turn was such a turn and its state was left out (for grammars whose blocks need a follower)."""
+    if not all(isinstance(unit, Reasoning) for unit in turn.units):
+        return False
+    for unit in turn.units:
+        if unit.artefacts:
+            conversation.drop(unit, "reasoning_only_turn", f"{unit.entity_id} ends a turn with no answer or call: left out")
+    return True
 
 
 def merge_adjacent(

@@ -60,18 +60,21 @@ class GeminiGenerateContentReplay(ReplayBuilder):
     grammar = Grammar.GEMINI_GENERATE_CONTENT
 
     def build(self, conversation: Conversation) -> dict[str, Any]:
-        minted = _minted_ids(conversation)
-        contents: list[dict[str, Any]] = []
-        for turn in conversation.turns:
-            if isinstance(turn, UserTurn):
-                contents.append({"role": "user", "parts": [{"text": t} for t in turn.texts]})
-            elif isinstance(turn, ToolResults):
-                contents.append({"role": "user", "parts": [_function_response(r, minted) for r in turn.results]})
-            elif isinstance(turn, AssistantTurn):
-                parts = self._model_parts(turn, conversation, minted)
-                if parts:
-                    contents.append({"role": "model", "parts": parts})
-        fragment: dict[str, Any] = {"contents": merge_adjacent(contents, "parts", list)}
+        self._minted = _minted_ids(conversation)  # tool-call ids the gateway minted (REFERENCE §3.2)
+        return super().build(conversation)
+
+    def user(self, turn: UserTurn) -> list[dict[str, Any]]:
+        return [{"role": "user", "parts": [{"text": t} for t in turn.texts]}]
+
+    def tool_results(self, turn: ToolResults, conversation: Conversation) -> list[dict[str, Any]]:
+        return [{"role": "user", "parts": [_function_response(r, self._minted) for r in turn.results]}]
+
+    def assistant(self, turn: AssistantTurn, conversation: Conversation) -> list[dict[str, Any]]:
+        parts = self._model_parts(turn, conversation, self._minted)
+        return [{"role": "model", "parts": parts}] if parts else []
+
+    def fragment(self, entries: list[dict[str, Any]], conversation: Conversation) -> dict[str, Any]:
+        fragment: dict[str, Any] = {"contents": merge_adjacent(entries, "parts", list)}
         if conversation.instructions:
             fragment["systemInstruction"] = {"parts": [{"text": t} for t in conversation.instructions]}
         return fragment

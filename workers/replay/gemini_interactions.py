@@ -39,16 +39,17 @@ from workers.replay.core import (
 class GeminiInteractionsReplay(ReplayBuilder):
     grammar = Grammar.GEMINI_INTERACTIONS
 
-    def build(self, conversation: Conversation) -> dict[str, Any]:
-        steps: list[dict[str, Any]] = []
-        for turn in conversation.turns:
-            if isinstance(turn, UserTurn):
-                steps.append({"type": "user_input", "content": [{"type": "text", "text": t} for t in turn.texts]})
-            elif isinstance(turn, ToolResults):
-                steps.extend(_function_result(r) for r in turn.results)
-            elif isinstance(turn, AssistantTurn):
-                steps.extend(step for unit in turn.units for step in _steps(unit))
-        fragment: dict[str, Any] = {"input": steps}
+    def user(self, turn: UserTurn) -> list[dict[str, Any]]:
+        return [{"type": "user_input", "content": [{"type": "text", "text": t} for t in turn.texts]}]
+
+    def tool_results(self, turn: ToolResults, conversation: Conversation) -> list[dict[str, Any]]:
+        return [_function_result(r) for r in turn.results]
+
+    def assistant(self, turn: AssistantTurn, conversation: Conversation) -> list[dict[str, Any]]:
+        return [step for unit in turn.units for step in _steps(unit)]
+
+    def fragment(self, entries: list[dict[str, Any]], conversation: Conversation) -> dict[str, Any]:
+        fragment: dict[str, Any] = {"input": entries}
         if conversation.instructions:
             fragment["system_instruction"] = "\n\n".join(conversation.instructions)
         return fragment

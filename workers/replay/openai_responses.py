@@ -48,21 +48,21 @@ from workers.replay.core import (
 class OpenAIResponsesReplay(ReplayBuilder):
     grammar = Grammar.OPENAI_RESPONSES
 
-    def build(self, conversation: Conversation) -> dict[str, Any]:
-        items: list[dict[str, Any]] = []
-        for turn in conversation.turns:
-            if isinstance(turn, Instructions):
-                items.append({"role": turn.message.role, "content": turn.message.content})
-            elif isinstance(turn, UserTurn):
-                content: Any = turn.texts[0] if turn.plain else [{"type": "input_text", "text": t} for t in turn.texts]
-                items.append({"role": "user", "content": content})
-            elif isinstance(turn, AssistantTurn):
-                items.extend(_AssistantItems(conversation).build(turn))
-            elif isinstance(turn, ToolResults):
-                items.extend(
-                    {"type": "function_call_output", "call_id": r.call.entity_id, "output": r.text} for r in turn.results
-                )
-        return {"input": items}
+    def instructions(self, turn: Instructions) -> list[dict[str, Any]]:
+        return [{"role": turn.message.role, "content": turn.message.content}]
+
+    def user(self, turn: UserTurn) -> list[dict[str, Any]]:
+        content: Any = turn.texts[0] if turn.plain else [{"type": "input_text", "text": t} for t in turn.texts]
+        return [{"role": "user", "content": content}]
+
+    def tool_results(self, turn: ToolResults, conversation: Conversation) -> list[dict[str, Any]]:
+        return [{"type": "function_call_output", "call_id": r.call.entity_id, "output": r.text} for r in turn.results]
+
+    def assistant(self, turn: AssistantTurn, conversation: Conversation) -> list[dict[str, Any]]:
+        return _AssistantItems(conversation).build(turn)
+
+    def fragment(self, entries: list[dict[str, Any]], conversation: Conversation) -> dict[str, Any]:
+        return {"input": entries}
 
 
 class _AssistantItems:

@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 import orjson
 
 from contracts.usage import TokenCounts
-from workers.core.errors import ProviderGrammarError, optional, require, token_count
+from workers.core.errors import optional, require, token_count
 from workers.core.translator import Translator
 
 THOUGHT_KIND = "summary"
