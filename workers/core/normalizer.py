@@ -35,7 +35,6 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-
 from contracts import topics
 from contracts.artefacts import ArtefactRecord
 from contracts.envelope import (
