@@ -31,7 +31,7 @@ from redis.asyncio import Redis
 
 from contracts import topics
 from contracts.policy import PolicyBook
-from workers.core.normalizer import DeadLetter, Normalizer, RawRecord, Step, dead_letter
+from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step, dead_letter
 from workers.settings import WorkerSettings
 from workers.store import ArtefactStore
 from workers.telemetry import Telemetry, setup_telemetry
@@ -57,7 +57,9 @@ class NormalizerWorker:
         async with self.lock:
             with self.telemetry.batch(records) as trace:
                 try:
-                    steps = [await self._step(record) for record in records]
+                    routed = [self.normalizer.route(record) for record in records]
+                    journals = await self._journals_needed(routed)
+                    steps = [await self._step(item, journals) for item in routed]
                     trace.stepped(steps)  # registers the batch's content before Redis or Kafka can quote it (P8)
                     self.stats["artefacts"] += await self.store.apply(steps)
                     await self._publish(steps)
@@ -87,13 +89,19 @@ class NormalizerWorker:
             self.telemetry.forget(revoked)
         log.info("partitions revoked: %d open runs handed over", dropped)
 
-    async def _step(self, record: RawRecord) -> Step:
-        routed = self.normalizer.route(record)
+    async def _journals_needed(self, routed: Sequence[DeadLetter | RunInput]) -> dict[RunKey, tuple[list[JournalEntry], bool]]:
+        """The journals of the runs this poll meets without holding them, in one round trip."""
+        runs = list(dict.fromkeys(i.run for i in routed if isinstance(i, RunInput) and self.normalizer.needs_restore(i)))
+        return dict(zip(runs, await self.store.load_journals(runs), strict=True)) if runs else {}
+
+    async def _step(self, routed: DeadLetter | RunInput, journals: dict[RunKey, tuple[list[JournalEntry], bool]]) -> Step:
         if isinstance(routed, DeadLetter):
+            record = routed.record
             log.warning("dead-lettered raw record at partition %d offset %d: %s", record.partition, record.offset, routed.reason)
             return Step(outbound=[dead_letter(routed)])
         if self.normalizer.needs_restore(routed):
-            journal, ended = await self.store.load_journal(routed.run)
+            # fetched for this poll, once; a run gone stale mid-poll reads its journal again
+            journal, ended = journals.pop(routed.run, None) or await self.store.load_journal(routed.run)
             self.normalizer.restore(routed, journal, ended=ended)
         step = self.normalizer.accept(routed)
         for warning in step.warnings:  # content-free by construction (P8)

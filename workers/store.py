@@ -10,7 +10,7 @@ after publishing, and the offsets are committed after that.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from redis.asyncio import Redis
 
@@ -71,15 +71,17 @@ class ArtefactStore:
 
     async def load_journal(self, run: RunKey) -> tuple[list[JournalEntry], bool]:
         """The raw events an open run has consumed so far, and whether the run already ended."""
+        [loaded] = await self.load_journals([run])
+        return loaded
+
+    async def load_journals(self, runs: Sequence[RunKey]) -> list[tuple[list[JournalEntry], bool]]:
+        """:meth:`load_journal` for several runs in one round trip."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(journal_key(run.tenant, run.run_id))
-        pipe.exists(ended_key(run.tenant, run.run_id))
-        entries, ended = await pipe.execute()
-        journal = []
-        for seq, blob in entries.items():
-            sse, _, value = blob.partition(_SSE_SEPARATOR)
-            journal.append(JournalEntry(int(seq), value, sse.decode() or None))
-        return journal, bool(ended)
+        for run in runs:
+            pipe.hgetall(journal_key(run.tenant, run.run_id))
+            pipe.exists(ended_key(run.tenant, run.run_id))
+        replies = await pipe.execute()
+        return [(_journal_entries(replies[2 * i]), bool(replies[2 * i + 1])) for i in range(len(runs))]
 
     async def thread_artefacts(self, tenant: str, thread_id: str) -> list[ArtefactRecord]:
         """A thread's artefacts in arrival order (what a replay reads)."""
@@ -110,3 +112,11 @@ class ArtefactStore:
         pipe.set(key, record_json(record), ex=ttl_s)  # type: ignore[attr-defined]
         pipe.rpush(index, slot)  # type: ignore[attr-defined]
         pipe.expire(index, ttl_s)  # type: ignore[attr-defined]
+
+
+def _journal_entries(entries: dict[bytes, bytes]) -> list[JournalEntry]:
+    journal = []
+    for seq, blob in entries.items():
+        sse, _, value = blob.partition(_SSE_SEPARATOR)
+        journal.append(JournalEntry(int(seq), value, sse.decode() or None))
+    return journal
