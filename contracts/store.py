@@ -13,6 +13,7 @@ id containing ``{``, ``}``, ``/`` or ``:`` cannot break the tag or collide.
 A *slot* is ``<entityId>#<position>``: one entity can own several values (two
 signed Gemini thought parts in one reasoning message), and each keeps its own
 key, so none overwrites another (R4).
+| ``rw:v1:{t/th}:runs`` | set | ids of the thread's runs that have (or had) a journal, so an erase finds them | journal TTL |
 | ``rw:v1:{t/run}:journal`` | hash | ``<seq>`` → raw provider event of an *open* run | journal TTL |
 | ``rw:v1:{t/run}:ended`` | string | marker: the run ended; late duplicates are skipped | journal TTL |
 
@@ -46,6 +47,11 @@ def artefact_key(tenant: str, thread_id: str, slot: str) -> str:
 @lru_cache(maxsize=65536)
 def thread_index_key(tenant: str, thread_id: str) -> str:
     return f"{PREFIX}:{_tag(tenant, thread_id)}:index"
+
+
+@lru_cache(maxsize=65536)
+def thread_runs_key(tenant: str, thread_id: str) -> str:
+    return f"{PREFIX}:{_tag(tenant, thread_id)}:runs"
 
 
 @lru_cache(maxsize=65536)

@@ -80,7 +80,7 @@ def _erase(args: argparse.Namespace) -> int:
     from workers.settings import WorkerSettings
     from workers.store import ArtefactStore
 
-    async def erase() -> list[str]:
+    async def erase() -> dict[str, list[str]]:
         settings = WorkerSettings.from_env()
         redis = Redis.from_url(settings.redis_url)
         try:
@@ -90,7 +90,7 @@ def _erase(args: argparse.Namespace) -> int:
             await redis.aclose()
 
     removed = asyncio.run(erase())
-    print(json.dumps({"tenant": args.tenant, "thread": args.thread, "removed_artefacts": removed}))
+    print(json.dumps({"tenant": args.tenant, "thread": args.thread, "removed_artefacts": removed["artefacts"], "removed_journals": removed["journals"]}))
     return 0
 
 

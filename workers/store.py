@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from redis.asyncio import Redis
 
 from contracts.artefacts import ArtefactRecord
-from contracts.store import artefact_key, artefact_slot, ended_key, journal_key, thread_index_key
+from contracts.store import artefact_key, artefact_slot, ended_key, journal_key, thread_index_key, thread_runs_key
 from workers.core.normalizer import JournalEntry, RunKey, Step
 from workers.core.wire import record_json
 
@@ -36,6 +36,7 @@ class ArtefactStore:
         written = 0
         now_ms = int(time.time() * 1000)
         journals: dict[RunKey, dict[str, bytes]] = {}
+        threads: dict[RunKey, str] = {}
         for step in steps:
             if step.run is None:
                 continue
@@ -46,10 +47,16 @@ class ArtefactStore:
             if step.journal_append is not None:
                 entry = step.journal_append
                 journals.setdefault(step.run, {})[str(entry.seq)] = (entry.sse_event or "").encode() + _SSE_SEPARATOR + entry.value
+                if step.thread_id is not None:
+                    threads[step.run] = step.thread_id
         for run, fields in journals.items():  # one HSET + one EXPIRE per run per batch, not per record
             key = journal_key(run.tenant, run.run_id)
             pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
             pipe.expire(key, self.journal_ttl_s)
+            if run in threads:  # so erasing the thread finds this run's raw events (P7)
+                runs = thread_runs_key(run.tenant, threads[run])
+                pipe.sadd(runs, run.run_id)
+                pipe.expire(runs, self.journal_ttl_s)
         if len(pipe):
             await pipe.execute()
         return written
@@ -92,17 +99,21 @@ class ArtefactStore:
         blobs = await self.redis.mget(keys)
         return [ArtefactRecord.model_validate_json(b) for b in blobs if b is not None]
 
-    async def erase_thread(self, tenant: str, thread_id: str) -> list[str]:
-        """Remove every artefact of a thread and its index; returns the slots removed."""
-        index = thread_index_key(tenant, thread_id)
+    async def erase_thread(self, tenant: str, thread_id: str) -> dict[str, list[str]]:
+        """Remove every artefact of a thread, its index, and the journals of its runs; says what went."""
+        index, runs_key = thread_index_key(tenant, thread_id), thread_runs_key(tenant, thread_id)
         slots = list(dict.fromkeys(s.decode() for s in await self.redis.lrange(index, 0, -1)))
-        keys = [artefact_key(tenant, thread_id, s) for s in slots]
+        runs = sorted(r.decode() for r in await self.redis.smembers(runs_key))
         pipe = self.redis.pipeline(transaction=True)
-        for key in keys:
-            pipe.delete(key)
-        pipe.delete(index)
+        for slot in slots:
+            pipe.delete(artefact_key(tenant, thread_id, slot))
+        for run_id in runs:
+            pipe.delete(journal_key(tenant, run_id))
+        pipe.delete(index, runs_key)
         results = await pipe.execute()
-        return [s for s, removed in zip(slots, results, strict=False) if removed]
+        removed_slots = [s for s, n in zip(slots, results, strict=False) if n]
+        removed_journals = [r for r, n in zip(runs, results[len(slots) :], strict=False) if n]
+        return {"artefacts": removed_slots, "journals": removed_journals}
 
     def _put_artefact(self, pipe: object, record: ArtefactRecord, ttl_s: int) -> None:
         tenant = record.tenant or "default"

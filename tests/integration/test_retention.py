@@ -56,6 +56,6 @@ async def test_tenant_ttl_public_stream_and_erase(spawn_worker: Any, producer: A
         capture_output=True, text=True, cwd=ROOT, env={"REDIS_URL": services["REDIS_URL"], "PATH": "/usr/bin:/bin"}, check=True,
     )
     report = json.loads(done.stdout)
-    assert len(report["removed_artefacts"]) == 1
+    assert len(report["removed_artefacts"]) == 1 and report["removed_journals"] == []  # the run had ended
     assert await redis.exists(thread_index_key("short", run.thread_id)) == 0
     assert await redis.exists(thread_index_key("default", runs["default"].thread_id)) == 1  # other tenants untouched

@@ -9,7 +9,7 @@ import pytest
 
 from contracts.artefacts import ArtefactRecord, ArtefactSubtype, Issuer, NativeBlock
 from contracts.grammars import Grammar
-from workers.core.normalizer import RunKey, Step
+from workers.core.normalizer import JournalEntry, RunKey, Step
 from workers.store import ArtefactStore
 
 pytestmark = pytest.mark.integration
@@ -39,5 +39,15 @@ async def test_two_values_of_one_entity_are_both_kept_in_order_R4_R3(redis: Any)
     assert [r.value for r in stored] == values
     assert [r.native.position for r in stored] == [0, 3]
     assert await store.thread_artefacts("other-tenant", thread) == []  # tenants never see each other
-    assert sorted(await store.erase_thread("acme", thread)) == ["resp:reasoning:0#0", "resp:reasoning:0#3"]
+    assert sorted((await store.erase_thread("acme", thread))["artefacts"]) == ["resp:reasoning:0#0", "resp:reasoning:0#3"]
     assert await store.thread_artefacts("acme", thread) == []
+
+
+async def test_erasing_a_thread_removes_the_raw_journal_of_its_open_runs_P7(redis: Any) -> None:
+    thread, run = f"thread-{uuid.uuid4().hex[:8]}", f"run-{uuid.uuid4().hex[:8]}"
+    store = ArtefactStore(redis, artefact_ttl_s=60, journal_ttl_s=60)
+    key = RunKey("acme", run)
+    await store.apply([Step(run=key, thread_id=thread, journal_append=JournalEntry(0, b'{"type":"message_start"}'))])
+    assert (await store.load_journal(key))[0] == [JournalEntry(0, b'{"type":"message_start"}')]
+    assert await store.erase_thread("acme", thread) == {"artefacts": [], "journals": [run]}
+    assert await store.load_journal(key) == ([], False)
