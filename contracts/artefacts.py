@@ -13,6 +13,7 @@ provider's own item byte for byte (P5) and only for the issuer that produced it
 from __future__ import annotations
 
 import copy
+import hashlib
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -101,8 +102,6 @@ class ArtefactRecord(BaseModel):
 
     def describe(self) -> dict[str, Any]:
         """A log- and trace-safe description: kind, size and a hash, never the value (P8)."""
-        import hashlib
-
         return {
             "kind": self.kind,
             "subtype": self.subtype.value,

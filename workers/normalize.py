@@ -108,7 +108,8 @@ class NormalizerWorker:
             log.warning("run %s line %d: %s", routed.envelope.run_id, warning.line, warning.message)
         if step.skipped:
             self.stats["skipped"] += 1
-            log.info("run %s: record skipped (%s)", routed.envelope.run_id, step.skipped)
+            # normal operation (the ingress's end record after the provider's own end): not INFO per run
+            log.debug("run %s: record skipped (%s)", routed.envelope.run_id, step.skipped)
         return step
 
     async def _publish(self, steps: Sequence[Step]) -> None:

@@ -74,6 +74,16 @@ def translate_file(grammar: str, path: Path, **kwargs: Any) -> Output:
         return translate_lines(grammar, [e.data for e in read_events(f)], **kwargs)
 
 
+def of_type(out: Output, kind: str) -> list[dict[str, Any]]:
+    """The events of one AG-UI type, in stream order."""
+    return [e for e in out.events if e["type"] == kind]
+
+
+def types(out: Output) -> list[str]:
+    """The stream's event types, in order."""
+    return [e["type"] for e in out.events]
+
+
 def assert_valid_stream(events: list[dict[str, Any]]) -> None:
     """The stream parses with the ag-ui-protocol models and passes ag-ui-validate
     with warnings treated as failures (``--fail-on warning``)."""

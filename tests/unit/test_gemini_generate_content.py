@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contracts.artefacts import ArtefactRecord
-from tests.conformance.oracle import Output, assert_valid_stream, facts, translate_lines
+from tests.conformance.oracle import Output, assert_valid_stream, facts, of_type, translate_lines, types
 from workers.core.wire import record_json
 from workers.translators.gemini_generate_content import GeminiGenerateContentTranslator
 
@@ -51,14 +51,6 @@ def translate(*objs: dict[str, Any] | bytes) -> Output:
     out = translate_lines(GRAMMAR, [o if isinstance(o, bytes) else orjson.dumps(o) for o in objs])
     assert_valid_stream(out.events)
     return out
-
-
-def of_type(out: Output, kind: str) -> list[dict[str, Any]]:
-    return [e for e in out.events if e["type"] == kind]
-
-
-def types(out: Output) -> list[str]:
-    return [e["type"] for e in out.events]
 
 
 # -- reasoning, text, calls --------------------------------------------------------------

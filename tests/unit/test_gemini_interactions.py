@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conformance.oracle import Output, assert_valid_stream, facts, translate_lines
+from tests.conformance.oracle import Output, assert_valid_stream, facts, of_type, translate_lines, types
 from workers.core.wire import record_json
 
 GRAMMAR = "gemini-interactions"
@@ -75,14 +75,6 @@ def translate(*objs: dict[str, Any]) -> Output:
     out = translate_lines(GRAMMAR, [orjson.dumps(o) for o in objs])
     assert_valid_stream(out.events)
     return out
-
-
-def of_type(out: Output, kind: str) -> list[dict[str, Any]]:
-    return [e for e in out.events if e["type"] == kind]
-
-
-def types(out: Output) -> list[str]:
-    return [e["type"] for e in out.events]
 
 
 # -- steps ----------------------------------------------------------------------------------------

@@ -188,7 +188,7 @@ class Normalizer:
             if entry.seq >= item.envelope.seq:
                 break
             out = state.translator.feed(entry.value, sse_event=entry.sse_event)
-            self._apply(state, out, Step(), None)  # same numbering and filters; output discarded
+            self._apply(state, out, Step(), None, emit=False)  # same numbering and filters, no output
             state.next_seq = entry.seq + 1
         self._runs[item.run] = state
 
@@ -273,7 +273,11 @@ class Normalizer:
             last_seen=time.monotonic(),
         )
 
-    def _apply(self, state: _RunState, translation: Translation, step: Step, record: RawRecord | None) -> None:
+    def _apply(
+        self, state: _RunState, translation: Translation, step: Step, record: RawRecord | None, *, emit: bool = True
+    ) -> None:
+        """Number and filter the translation's events per audience and put the outputs in ``step``;
+        with ``emit=False`` (a restore) only the numbering and the filters advance."""
         env, policy = state.envelope, state.policy
         key = env.run_id.encode()
         base = {
@@ -286,14 +290,18 @@ class Normalizer:
             trusted = state.trusted.admit(event)
             blob = None
             if trusted is not None:
-                blob = event_json(trusted)
-                step.outbound.append(_event_record(topics.EVENTS, key, blob, base, state.event_seq))
+                if emit:
+                    blob = event_json(trusted)
+                    step.outbound.append(_event_record(topics.EVENTS, key, blob, base, state.event_seq))
                 state.event_seq += 1
             public = state.public.admit(event)
             if public is not None:
-                public_blob = blob if public is trusted and blob is not None else event_json(public)
-                step.outbound.append(_event_record(topics.EVENTS_PUBLIC, key, public_blob, base, state.public_seq))
+                if emit:
+                    public_blob = blob if public is trusted and blob is not None else event_json(public)
+                    step.outbound.append(_event_record(topics.EVENTS_PUBLIC, key, public_blob, base, state.public_seq))
                 state.public_seq += 1
+        if not emit:
+            return
         if policy.opaque_state.store:
             step.artefact_ttl_s = policy.opaque_state.ttl_s
             step.artefacts += [r.model_copy(update={"tenant": env.tenant}) for r in translation.artefacts]
