@@ -355,11 +355,11 @@ def test_non_end_turn_stop_reasons_finish_and_keep_the_reason(reason: str) -> No
 def test_usage_arrives_after_message_stop_and_lands_on_run_finished_P6() -> None:
     translator = translator_for(GRAMMAR, model=CLAUDE_4)
     for raw in [START, *_text(0, ["hi"]), _message_stop()]:
-        assert not any(e.type == "RUN_FINISHED" for e in translator.feed(raw).events)  # deferred: usage trails
+        assert not any(e["type"] == "RUN_FINISHED" for e in translator.feed(raw).events)  # deferred: usage trails
     finished = translator.feed(_metadata(inputTokens=7, outputTokens=9, totalTokens=16)).events
-    assert [e.type for e in finished] == ["RUN_FINISHED"]
-    usage = finished[0].usage[0]
-    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (7, 9, 16)
+    assert [e["type"] for e in finished] == ["RUN_FINISHED"]
+    usage = finished[0]["usage"][0]
+    assert (usage["inputTokens"], usage["outputTokens"], usage["totalTokens"]) == (7, 9, 16)
     assert translator.usage_record().end == "finished"
 
 
@@ -402,7 +402,7 @@ def test_abort_mid_tool_call_is_interrupted_and_names_the_call() -> None:
     for raw in [START, *_tool(0, "tooluse_A", "f", ['{"a": '])[:-1]]:
         events += translator.feed(raw).events
     events += translator.abort().events
-    wire = [json.loads(e.model_dump_json(by_alias=True, exclude_none=True)) for e in events]
+    wire = events  # already AG-UI wire dicts
     assert wire[0]["runId"] == "run-1" and wire[-1]["code"] == "interrupted"
     assert wire[-1]["metadata"]["reasonwire"]["incompleteToolCallIds"] == ["tooluse_A"]
     assert_valid_stream(wire)

@@ -410,15 +410,11 @@ def test_rechunked_deltas_replay_to_the_same_provider_items_R3_P5(cuts: list[int
 
 def _public_history(out: Any, grammar: Grammar) -> list[dict[str, Any]]:
     """What an end-user UI holds: the public stream (summaries only, no encrypted values) applied."""
-    from ag_ui.core import Event
-    from pydantic import TypeAdapter
-
     from contracts.policy import Audience, RetentionPolicy
     from workers.core.audience import AudienceFilter
 
-    events, audience = TypeAdapter(Event), AudienceFilter(RetentionPolicy().rule(Audience.PUBLIC))
-    admitted = [audience.admit(events.validate_python(e)) for e in out.events]
-    public = [json.loads(e.model_dump_json(by_alias=True, exclude_none=True)) for e in admitted if e is not None]
+    audience = AudienceFilter(RetentionPolicy().rule(Audience.PUBLIC))
+    public = [e for e in (audience.admit(e) for e in out.events) if e is not None]
     return client_history(type(out)(public, out.artefacts, out.warnings, [], out.translator), grammar, "Go on.", [])
 
 

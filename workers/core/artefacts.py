@@ -57,8 +57,8 @@ class ArtefactLedger:
         held = self._held.pop(key, None)
         if held is None:
             return
-        if native_updates:
-            held.native = held.native.model_copy(update=native_updates)
+        for name, value in native_updates.items():  # the held block is ours alone: fill it in place
+            setattr(held.native, name, value)
         self.emit(held)
 
     def emit(self, artefact: HeldArtefact) -> None:

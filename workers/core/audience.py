@@ -16,15 +16,12 @@ assumed kind is treated as raw.
 
 from __future__ import annotations
 
-from ag_ui.core import BaseEvent, EventType
-
 from contracts.policy import AudienceRule, ReasoningVisibility
 from workers.core.discipline import METADATA_KEY
+from workers.core.events import WireEvent
 
-_SPAN_EVENTS = frozenset({EventType.REASONING_START, EventType.REASONING_END})
-_MESSAGE_EVENTS = frozenset(
-    {EventType.REASONING_MESSAGE_CONTENT, EventType.REASONING_MESSAGE_END, EventType.REASONING_MESSAGE_CHUNK}
-)
+_SPAN_EVENTS = frozenset({"REASONING_START", "REASONING_END"})
+_MESSAGE_EVENTS = frozenset({"REASONING_MESSAGE_CONTENT", "REASONING_MESSAGE_END", "REASONING_MESSAGE_CHUNK"})
 
 
 class AudienceFilter:
@@ -39,36 +36,36 @@ class AudienceFilter:
     def passes_everything(self) -> bool:
         return self.rule.reasoning is ReasoningVisibility.ALL and self.rule.encrypted_values
 
-    def admit(self, event: BaseEvent) -> BaseEvent | None:
-        """The event as this audience may see it, or None."""
+    def admit(self, event: WireEvent) -> WireEvent | None:
+        """The event as this audience may see it (a wire dict, ``workers.core.events``), or None."""
         kept = self._admit(event)
         if kept is None:
             self.removed += 1
-        elif kept.raw_event is not None:
-            kept = kept.model_copy(update={"raw_event": None})
+        elif "rawEvent" in kept:
+            kept = {k: v for k, v in kept.items() if k != "rawEvent"}
         return kept
 
-    def _admit(self, event: BaseEvent) -> BaseEvent | None:
-        kind = event.type
-        if kind is EventType.REASONING_ENCRYPTED_VALUE:
+    def _admit(self, event: WireEvent) -> WireEvent | None:
+        kind = event["type"]
+        if kind == "REASONING_ENCRYPTED_VALUE":
             return event if self.rule.encrypted_values else None
         visibility = self.rule.reasoning
         if kind in _SPAN_EVENTS:
             return None if visibility is ReasoningVisibility.NONE else event
-        if kind is EventType.REASONING_MESSAGE_START:
+        if kind == "REASONING_MESSAGE_START":
             if self._visible(event):
                 return event
-            self._hidden.add(event.message_id)  # type: ignore[attr-defined]
+            self._hidden.add(event["messageId"])
             return None
         if kind in _MESSAGE_EVENTS:
-            return None if event.message_id in self._hidden else event  # type: ignore[attr-defined]
+            return None if event["messageId"] in self._hidden else event
         return event
 
-    def _visible(self, start: BaseEvent) -> bool:
+    def _visible(self, start: WireEvent) -> bool:
         visibility = self.rule.reasoning
         if visibility is ReasoningVisibility.ALL:
             return True
         if visibility is ReasoningVisibility.NONE:
             return False
-        facts = (start.metadata or {}).get(METADATA_KEY, {})
+        facts = (start.get("metadata") or {}).get(METADATA_KEY, {})
         return facts.get("reasoningKind") == "summary" and not facts.get("reasoningKindAssumed", False)

@@ -39,34 +39,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from ag_ui.core import (
-    BaseEvent,
-    ReasoningEncryptedValueEvent,
-    ReasoningEndEvent,
-    ReasoningMessageContentEvent,
-    ReasoningMessageEndEvent,
-    ReasoningMessageStartEvent,
-    ReasoningStartEvent,
-    RunErrorEvent,
-    RunFinishedEvent,
-    RunStartedEvent,
-    TextMessageContentEvent,
-    TextMessageEndEvent,
-    TextMessageStartEvent,
-    TokenUsage,
-    ToolCallArgsEvent,
-    ToolCallEndEvent,
-    ToolCallStartEvent,
-)
-from ag_ui.core.events import RunFinishedSuccessOutcome
-
 from contracts.artefacts import ArtefactSubtype
+from workers.core import events as ev
+from workers.core.events import WireEvent
 
 METADATA_KEY = "reasonwire"
 """Our namespace inside AG-UI ``metadata`` (the key ``ag-ui`` is reserved by the protocol)."""
-
-PROTOCOL_VERSION = "1.0"
-
 
 class DisciplineViolation(Exception):
     """A request that would make the AG-UI stream break R1/R2; the run fails instead."""
@@ -102,7 +80,7 @@ class StreamDiscipline:
         self.phase = RunPhase.NOT_STARTED
         self._open: dict[Hashable, _OpenUnit] = {}
         self._used_ids: set[str] = set()
-        self._out: list[BaseEvent] = []
+        self._out: list[WireEvent] = []
         self.reasoning_messages = 0
         self.tool_calls = 0
         self.text_messages = 0
@@ -111,7 +89,7 @@ class StreamDiscipline:
 
     # -- output ---------------------------------------------------------------
 
-    def drain(self) -> list[BaseEvent]:
+    def drain(self) -> list[WireEvent]:
         """Hand over the events emitted since the last drain."""
         out, self._out = self._out, []
         return out
@@ -132,32 +110,24 @@ class StreamDiscipline:
         if self.phase is not RunPhase.NOT_STARTED:
             raise DisciplineViolation(f"run {self.run_id!r} already {self.phase.value}")
         self.phase = RunPhase.RUNNING
-        self._out.append(
-            RunStartedEvent(
-                thread_id=self.thread_id,
-                run_id=self.run_id,
-                protocol_version=PROTOCOL_VERSION,
-                metadata=_meta(metadata),
-            )
-        )
+        self._out.append(ev.run_started(self.thread_id, self.run_id, _meta(metadata)))
 
     def finish_run(
         self,
         *,
-        usage: TokenUsage | None = None,
+        usage: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
         pending_tool_call_ids: list[str] | None = None,
     ) -> None:
         """Close everything still open, then ``RUN_FINISHED`` (R1)."""
         self._require_running()
         self._close_all(abnormal=False)
-        outcome = RunFinishedSuccessOutcome(pending_tool_call_ids=pending_tool_call_ids or None)
         self._out.append(
-            RunFinishedEvent(
-                thread_id=self.thread_id,
-                run_id=self.run_id,
-                outcome=outcome,
-                usage=[usage] if usage is not None else None,
+            ev.run_finished(
+                self.thread_id,
+                self.run_id,
+                pending_tool_call_ids=pending_tool_call_ids,
+                usage=usage,
                 metadata=_meta(metadata),
             )
         )
@@ -168,7 +138,7 @@ class StreamDiscipline:
         *,
         message: str,
         code: str,
-        usage: TokenUsage | None = None,
+        usage: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> None:
         """Close what can be closed validly, then ``RUN_ERROR`` (R1, R7)."""
@@ -180,28 +150,21 @@ class StreamDiscipline:
         extra = dict(metadata or {})
         if incomplete:
             extra["incompleteToolCallIds"] = incomplete
-        self._out.append(
-            RunErrorEvent(
-                message=message,
-                code=code,
-                usage=[usage] if usage is not None else None,
-                metadata=_meta(extra),
-            )
-        )
+        self._out.append(ev.run_error(message, code, usage=usage, metadata=_meta(extra)))
         self.phase = RunPhase.ENDED
 
     # -- spans and reasoning messages (R1, R2) ---------------------------------
 
     def open_span(self, key: Hashable, span_id: str) -> None:
         self._open_unit(key, _OpenUnit(UnitKind.SPAN, span_id))
-        self._out.append(ReasoningStartEvent(message_id=span_id))
+        self._out.append(ev.reasoning_start(span_id))
 
     def close_span(self, key: Hashable) -> None:
         span = self._unit(key, UnitKind.SPAN)
         for child_key in [k for k, u in self._open.items() if u.parent == key]:
             self._close(child_key)
         del self._open[key]
-        self._out.append(ReasoningEndEvent(message_id=span.agui_id))
+        self._out.append(ev.reasoning_end(span.agui_id, None))
 
     def start_reasoning(
         self,
@@ -214,12 +177,14 @@ class StreamDiscipline:
         self._unit(span, UnitKind.SPAN)
         self._open_unit(key, _OpenUnit(UnitKind.REASONING, message_id, parent=span))
         self.reasoning_messages += 1
-        self._out.append(ReasoningMessageStartEvent(message_id=message_id, metadata=_meta(metadata)))
+        self._out.append(ev.reasoning_message_start(message_id, _meta(metadata)))
 
     def reasoning_content(self, key: Hashable, delta: str) -> None:
-        unit = self._unit(key, UnitKind.REASONING)
+        unit = self._open.get(key)  # an open unit implies a running run
+        if unit is None or unit.kind is not UnitKind.REASONING:
+            unit = self._unit(key, UnitKind.REASONING)  # raises the precise refusal
         if delta:  # R2: no empty deltas
-            self._out.append(ReasoningMessageContentEvent(message_id=unit.agui_id, delta=delta))
+            self._out.append(ev.reasoning_message_content(unit.agui_id, delta))
 
     def end_reasoning(self, key: Hashable) -> None:
         self._unit(key, UnitKind.REASONING)
@@ -230,22 +195,22 @@ class StreamDiscipline:
         self._require_running()
         if entity_id not in self._used_ids:
             raise DisciplineViolation(f"encrypted value names unknown {subtype.value} {entity_id!r}")
-        self._out.append(
-            ReasoningEncryptedValueEvent(subtype=subtype.value, entity_id=entity_id, encrypted_value=value)
-        )
+        self._out.append(ev.reasoning_encrypted_value(subtype.value, entity_id, value))
 
     # -- answer text ------------------------------------------------------------
 
     def start_text(self, key: Hashable, message_id: str, *, metadata: dict[str, Any] | None = None) -> None:
         self._open_unit(key, _OpenUnit(UnitKind.TEXT, message_id))
         self.text_messages += 1
-        self._out.append(TextMessageStartEvent(message_id=message_id, role="assistant", metadata=_meta(metadata)))
+        self._out.append(ev.text_message_start(message_id, _meta(metadata)))
 
     def text_content(self, key: Hashable, delta: str) -> None:
-        unit = self._unit(key, UnitKind.TEXT)
+        unit = self._open.get(key)
+        if unit is None or unit.kind is not UnitKind.TEXT:
+            unit = self._unit(key, UnitKind.TEXT)
         if delta:
             self.text_seen = True
-            self._out.append(TextMessageContentEvent(message_id=unit.agui_id, delta=delta))
+            self._out.append(ev.text_message_content(unit.agui_id, delta))
 
     def end_text(self, key: Hashable) -> None:
         self._unit(key, UnitKind.TEXT)
@@ -264,20 +229,15 @@ class StreamDiscipline:
     ) -> None:
         self._open_unit(key, _OpenUnit(UnitKind.TOOL_CALL, tool_call_id))
         self.tool_calls += 1
-        self._out.append(
-            ToolCallStartEvent(
-                tool_call_id=tool_call_id,
-                tool_call_name=name,
-                parent_message_id=parent_message_id,
-                metadata=_meta(metadata),
-            )
-        )
+        self._out.append(ev.tool_call_start(tool_call_id, name, parent_message_id, _meta(metadata)))
 
     def tool_call_args(self, key: Hashable, delta: str) -> None:
-        unit = self._unit(key, UnitKind.TOOL_CALL)
+        unit = self._open.get(key)
+        if unit is None or unit.kind is not UnitKind.TOOL_CALL:
+            unit = self._unit(key, UnitKind.TOOL_CALL)
         if delta:
             unit.args.append(delta)
-            self._out.append(ToolCallArgsEvent(tool_call_id=unit.agui_id, delta=delta))
+            self._out.append(ev.tool_call_args(unit.agui_id, delta))
 
     def end_tool_call(self, key: Hashable) -> None:
         self._unit(key, UnitKind.TOOL_CALL)
@@ -311,14 +271,7 @@ class StreamDiscipline:
         """Emit the unit's end event; ``incomplete`` marks a close forced by an abnormal end."""
         unit = self._open.pop(key)
         meta = _meta({"incomplete": True}) if incomplete else None
-        if unit.kind is UnitKind.REASONING:
-            self._out.append(ReasoningMessageEndEvent(message_id=unit.agui_id, metadata=meta))
-        elif unit.kind is UnitKind.TEXT:
-            self._out.append(TextMessageEndEvent(message_id=unit.agui_id, metadata=meta))
-        elif unit.kind is UnitKind.TOOL_CALL:
-            self._out.append(ToolCallEndEvent(tool_call_id=unit.agui_id, metadata=meta))
-        else:
-            self._out.append(ReasoningEndEvent(message_id=unit.agui_id, metadata=meta))
+        self._out.append(_END_EVENTS[unit.kind](unit.agui_id, meta))
 
     def _close_all(self, *, abnormal: bool) -> list[str]:
         """Close every open unit, innermost first; returns tool calls left unterminated."""
@@ -331,6 +284,14 @@ class StreamDiscipline:
                 continue
             self._close(key, incomplete=abnormal)
         return left_open
+
+
+_END_EVENTS = {
+    UnitKind.SPAN: ev.reasoning_end,
+    UnitKind.REASONING: ev.reasoning_message_end,
+    UnitKind.TEXT: ev.text_message_end,
+    UnitKind.TOOL_CALL: ev.tool_call_end,
+}
 
 
 def _is_json(text: str) -> bool:

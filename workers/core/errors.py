@@ -50,9 +50,11 @@ def token_count(usage: Any, key: str, *, where: str, absent: int | None = None) 
     A count that is present but not a count (a string, a negative number, a bool) is a
     malformed known event (R7), never silently read as 0 or as unknown.
     """
-    if not isinstance(usage, Mapping) or usage.get(key) is None:
+    if not (type(usage) is dict or isinstance(usage, Mapping)):
         return absent
-    value = usage[key]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    value = usage.get(key)
+    if value is None:
+        return absent
+    if type(value) is not int and (not isinstance(value, int) or isinstance(value, bool)) or value < 0:
         raise ProviderGrammarError(f"{where}: field {key!r} is not a token count")
     return value

@@ -39,7 +39,6 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 import orjson
-from ag_ui.core import BaseEvent, TokenUsage
 
 from contracts.artefacts import ArtefactRecord, Issuer
 from contracts.grammars import Grammar
@@ -47,6 +46,7 @@ from contracts.usage import TokenCounts, UsageRecord
 from workers.core.artefacts import ArtefactLedger
 from workers.core.discipline import DisciplineViolation, RunPhase, StreamDiscipline
 from workers.core.errors import ProviderGrammarError
+from workers.core.events import WireEvent, token_usage
 
 
 class RunEnd(StrEnum):
@@ -87,11 +87,11 @@ class Rejection:
     reason: str
 
 
-@dataclass
+@dataclass(slots=True)
 class Translation:
-    """What one call into a translator produced."""
+    """What one call into a translator produced (events in AG-UI wire shape, ``workers.core.events``)."""
 
-    events: list[BaseEvent] = field(default_factory=list)
+    events: list[WireEvent] = field(default_factory=list)
     artefacts: list[ArtefactRecord] = field(default_factory=list)
     warnings: list[TranslatorWarning] = field(default_factory=list)
     rejection: Rejection | None = None
@@ -154,20 +154,25 @@ class Translator:
         return self._run is not None and self._run.phase is RunPhase.ENDED
 
     def feed(self, raw: bytes | str, *, sse_event: str | None = None, at_ms: float | None = None) -> Translation:
-        """Translate one provider event (the SSE ``data:`` payload, unchanged)."""
+        """Translate one provider event (the SSE ``data:`` payload, unchanged).
+
+        The hot path of the whole system (one call per provider event): it keeps to
+        local lookups and one dispatch; everything unusual branches off it.
+        """
         self.line += 1
-        if self.ended:
+        run = self._run
+        if run is not None and run.phase is RunPhase.ENDED:
             self._warn("event_after_end", "event after the end of the run ignored")
             return self._collect()
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError:
             obj = None
-        if self._run is None:
-            self._start(obj if isinstance(obj, dict) else None, raw)
+        if run is None:
+            self._start(obj if type(obj) is dict else None, raw)
         if at_ms is not None and self._first_at_ms is None:
             self._first_at_ms = at_ms
-        if not isinstance(obj, dict):
+        if type(obj) is not dict:
             return self._reject("event is not a JSON object")
         event_type = self.event_type(obj, sse_event)
         handler = self.HANDLERS.get(event_type) if event_type is not None else None
@@ -180,7 +185,8 @@ class Translator:
         except (ProviderGrammarError, DisciplineViolation) as exc:
             reason = exc.reason if isinstance(exc, ProviderGrammarError) else f"stream discipline: {exc}"
             return self._reject(f"{event_type}: {reason}" if not reason.startswith(event_type) else reason)
-        self._note_timing(at_ms)
+        if at_ms is not None:
+            self._note_timing(at_ms)
         return self._collect()
 
     def finish(self) -> Translation:
@@ -293,11 +299,11 @@ class Translator:
         out.rejection = Rejection(line=self.line, reason=message)
         return out
 
-    def _token_usage(self) -> TokenUsage | None:
+    def _token_usage(self) -> dict[str, Any] | None:
         t = self.tokens
         if t.input_tokens is None and t.output_tokens is None:
             return None
-        return TokenUsage(
+        return token_usage(
             provider=self.grammar.provider_name,
             model=self.model,
             input_tokens=t.input_tokens,
@@ -308,8 +314,8 @@ class Translator:
             cache_write_input_tokens=t.cache_write_input_tokens,
         )
 
-    def _note_timing(self, at_ms: float | None) -> None:
-        if at_ms is None or self._first_at_ms is None or self._run is None:
+    def _note_timing(self, at_ms: float) -> None:
+        if self._first_at_ms is None or self._run is None:
             return
         if self.time_to_first_reasoning_ms is None and self._run.reasoning_messages:
             self.time_to_first_reasoning_ms = at_ms - self._first_at_ms
@@ -320,13 +326,12 @@ class Translator:
         self._warnings.append(TranslatorWarning(code=code, message=message, line=self.line))
 
     def _collect(self) -> Translation:
-        out = Translation(
-            events=self.run.drain(),
-            artefacts=self.artefacts.drain(),
-            warnings=self._warnings,
-        )
-        self._warnings = []
-        return out
+        warnings = self._warnings
+        if warnings:
+            self._warnings = []
+        else:
+            warnings = []
+        return Translation(self._run.drain(), self._ledger.drain(), warnings)  # type: ignore[union-attr]
 
 
 def _fallback_run_id(raw: bytes | str) -> str:

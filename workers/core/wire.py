@@ -1,12 +1,14 @@
-"""Wire encoding of AG-UI events and artefact records: the one place that serializes them.
+"""Wire encoding of AG-UI events and contract records: the one place that serializes them.
 
 AG-UI 1.0 wire shape is camelCase with absent optionals omitted (never ``null``):
-exactly ``model_dump_json(by_alias=True, exclude_none=True)``. That call goes
-through ag_ui's omit-null wrap serializer, which calls back into Python for every
-model and was a quarter of the translator's CPU (docs/benchmarks.md); this module
-walks the model fields with cached aliases and hands plain values to orjson
-instead. ``tests/unit/test_wire.py`` checks the bytes are identical to pydantic's
-on every output of every fixture.
+exactly ``model_dump_json(by_alias=True, exclude_none=True)``. The core already
+emits events as wire dicts (``workers.core.events``), so encoding one is a
+single ``orjson.dumps``. An ``ag_ui.core`` model (a library caller's) goes
+through ag_ui's omit-null wrap serializer if dumped by pydantic, which calls back
+into Python for every model; this module walks its fields with cached aliases
+instead. Our own contract records have no such serializer and use pydantic-core's
+directly. ``tests/unit/test_wire.py`` checks the bytes are identical to
+pydantic's on every output of every fixture.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 import orjson
 from ag_ui.core import BaseEvent
 from pydantic import BaseModel
+
+from workers.core.events import WireEvent
 
 _FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
 
@@ -48,11 +52,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def event_json(event: BaseEvent) -> bytes:
+def event_json(event: WireEvent | BaseEvent) -> bytes:
     """One AG-UI event in its exact 1.0 wire shape."""
+    if type(event) is dict:
+        return orjson.dumps(event)
     return orjson.dumps(_plain(event))
 
 
 def record_json(record: BaseModel) -> bytes:
     """One reasonwire contract record (artefact, usage) as JSON, wire names, no nulls."""
-    return orjson.dumps(_plain(record))
+    return record.__pydantic_serializer__.to_json(record, by_alias=True, exclude_none=True)

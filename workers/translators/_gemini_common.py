@@ -110,7 +110,11 @@ class GeminiTranslator(Translator):
     # -- usage (P6) -----------------------------------------------------------------
 
     def take_usage(self, usage: dict[str, Any]) -> None:
-        """Replace the run's counts with this report: Gemini reports running totals, never sum."""
+        """Replace the run's counts with this report: Gemini reports running totals, never sum.
+
+        Every chunk repeats the running totals; an unchanged report is not parsed again."""
+        if usage == self.tokens.provider_raw:
+            return
         fields = self.usage_fields
         names = (fields.input, fields.cached, fields.tool_use, fields.output, fields.thoughts)
         # proto3 JSON omits zero values, so an absent count is 0 here

@@ -42,6 +42,7 @@ import orjson
 
 from contracts.artefacts import ArtefactSubtype, NativeBlock
 from contracts.grammars import Grammar
+from contracts.usage import TokenCounts
 from workers.core.artefacts import HeldArtefact
 from workers.core.errors import ProviderGrammarError, optional, require, token_count
 from workers.core.translator import Translator
@@ -282,16 +283,14 @@ class AnthropicMessagesTranslator(Translator):
         cache_write = token_count(raw, "cache_creation_input_tokens", where="usage")
         output = token_count(raw, "output_tokens", where="usage")
         total_input = None if base_input is None else base_input + (cache_read or 0) + (cache_write or 0)
-        self.tokens = self.tokens.model_copy(
-            update={
-                "input_tokens": total_input,
-                "output_tokens": output,
-                "reasoning_tokens": token_count(details, "thinking_tokens", where="usage.output_tokens_details"),
-                "cached_input_tokens": cache_read,
-                "cache_write_input_tokens": cache_write,
-                "total_tokens": None if total_input is None or output is None else total_input + output,
-                "provider_raw": dict(raw),
-            }
+        self.tokens = TokenCounts(
+            input_tokens=total_input,
+            output_tokens=output,
+            reasoning_tokens=token_count(details, "thinking_tokens", where="usage.output_tokens_details"),
+            cached_input_tokens=cache_read,
+            cache_write_input_tokens=cache_write,
+            total_tokens=None if total_input is None or output is None else total_input + output,
+            provider_raw=dict(raw),
         )
 
     HANDLERS = {

@@ -1,0 +1,171 @@
+"""AG-UI 1.0 events as the core emits them: plain dicts already in wire shape.
+
+Why dicts and not the ``ag_ui.core`` models
+-------------------------------------------
+The AG-UI models of ``ag-ui-protocol`` are the contract: every shape built here
+is one of them, field for field, in their declaration order, with absent
+optionals omitted — exactly ``Model(...).model_dump(by_alias=True,
+exclude_none=True)``. Building a model per event validated our own output a
+second time and then needed a Python-level walk to serialize it (ag_ui's
+omit-null serializer calls back into Python per model); together that was most
+of the translator's CPU (docs/benchmarks.md). So the hot path builds the wire
+dict once and ``orjson.dumps`` it, and the contract is enforced where it costs
+nothing at run time: ``tests/unit/test_wire.py`` validates every event of every
+fixture against the ``ag_ui.core.Event`` union and requires the model's own
+serialization to give the same bytes. :func:`as_model` gives the typed model to
+a caller that wants one.
+
+This module is the only place that knows the wire field names; the producer
+discipline (``workers.core.discipline``) is the only caller.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from ag_ui.core import BaseEvent, Event
+from pydantic import TypeAdapter
+
+WireEvent = dict[str, Any]
+"""One AG-UI event in its 1.0 wire shape (camelCase keys, no nulls)."""
+
+PROTOCOL_VERSION = "1.0"
+
+
+@cache
+def _adapter() -> TypeAdapter[Any]:
+    return TypeAdapter(Event)
+
+
+def as_model(event: WireEvent) -> BaseEvent:
+    """The ``ag_ui.core`` model of a wire event, validated (for callers that want types)."""
+    return _adapter().validate_python(event)
+
+
+def _with_meta(kind: str, metadata: dict[str, Any] | None) -> WireEvent:
+    """``type`` then ``metadata``: the base fields every AG-UI event starts with, in order."""
+    return {"type": kind, "metadata": metadata} if metadata else {"type": kind}
+
+
+def run_started(thread_id: str, run_id: str, metadata: dict[str, Any] | None) -> WireEvent:
+    event = _with_meta("RUN_STARTED", metadata)
+    event["threadId"] = thread_id
+    event["runId"] = run_id
+    event["protocolVersion"] = PROTOCOL_VERSION
+    return event
+
+
+def run_finished(
+    thread_id: str,
+    run_id: str,
+    *,
+    pending_tool_call_ids: list[str] | None,
+    usage: dict[str, Any] | None,
+    metadata: dict[str, Any] | None,
+) -> WireEvent:
+    event = _with_meta("RUN_FINISHED", metadata)
+    event["threadId"] = thread_id
+    event["runId"] = run_id
+    outcome: dict[str, Any] = {"type": "success"}
+    if pending_tool_call_ids:
+        outcome["pendingToolCallIds"] = pending_tool_call_ids
+    event["outcome"] = outcome
+    if usage is not None:
+        event["usage"] = [usage]
+    return event
+
+
+def run_error(message: str, code: str, *, usage: dict[str, Any] | None, metadata: dict[str, Any] | None) -> WireEvent:
+    event = _with_meta("RUN_ERROR", metadata)
+    event["message"] = message
+    event["code"] = code
+    if usage is not None:
+        event["usage"] = [usage]
+    return event
+
+
+def reasoning_start(message_id: str) -> WireEvent:
+    return {"type": "REASONING_START", "messageId": message_id}
+
+
+def reasoning_end(message_id: str, metadata: dict[str, Any] | None) -> WireEvent:
+    event = _with_meta("REASONING_END", metadata)
+    event["messageId"] = message_id
+    return event
+
+
+def reasoning_message_start(message_id: str, metadata: dict[str, Any] | None) -> WireEvent:
+    event = _with_meta("REASONING_MESSAGE_START", metadata)
+    event["messageId"] = message_id
+    event["role"] = "reasoning"
+    return event
+
+
+def reasoning_message_content(message_id: str, delta: str) -> WireEvent:
+    return {"type": "REASONING_MESSAGE_CONTENT", "messageId": message_id, "delta": delta}
+
+
+def reasoning_message_end(message_id: str, metadata: dict[str, Any] | None) -> WireEvent:
+    event = _with_meta("REASONING_MESSAGE_END", metadata)
+    event["messageId"] = message_id
+    return event
+
+
+def reasoning_encrypted_value(subtype: str, entity_id: str, value: str) -> WireEvent:
+    return {"type": "REASONING_ENCRYPTED_VALUE", "subtype": subtype, "entityId": entity_id, "encryptedValue": value}
+
+
+def text_message_start(message_id: str, metadata: dict[str, Any] | None) -> WireEvent:
+    event = _with_meta("TEXT_MESSAGE_START", metadata)
+    event["messageId"] = message_id
+    event["role"] = "assistant"
+    return event
+
+
+def text_message_content(message_id: str, delta: str) -> WireEvent:
+    return {"type": "TEXT_MESSAGE_CONTENT", "messageId": message_id, "delta": delta}
+
+
+def text_message_end(message_id: str, metadata: dict[str, Any] | None) -> WireEvent:
+    event = _with_meta("TEXT_MESSAGE_END", metadata)
+    event["messageId"] = message_id
+    return event
+
+
+def tool_call_start(
+    tool_call_id: str, name: str, parent_message_id: str | None, metadata: dict[str, Any] | None
+) -> WireEvent:
+    event = _with_meta("TOOL_CALL_START", metadata)
+    event["toolCallId"] = tool_call_id
+    event["toolCallName"] = name
+    if parent_message_id is not None:
+        event["parentMessageId"] = parent_message_id
+    return event
+
+
+def tool_call_args(tool_call_id: str, delta: str) -> WireEvent:
+    return {"type": "TOOL_CALL_ARGS", "toolCallId": tool_call_id, "delta": delta}
+
+
+def tool_call_end(tool_call_id: str, metadata: dict[str, Any] | None) -> WireEvent:
+    event = _with_meta("TOOL_CALL_END", metadata)
+    event["toolCallId"] = tool_call_id
+    return event
+
+
+_USAGE_FIELDS = (
+    ("provider", "provider"),
+    ("model", "model"),
+    ("input_tokens", "inputTokens"),
+    ("output_tokens", "outputTokens"),
+    ("total_tokens", "totalTokens"),
+    ("reasoning_tokens", "reasoningTokens"),
+    ("cached_input_tokens", "cachedInputTokens"),
+    ("cache_write_input_tokens", "cacheWriteInputTokens"),
+)
+
+
+def token_usage(**values: Any) -> dict[str, Any]:
+    """AG-UI ``TokenUsage`` in wire shape (snake_case names in, camelCase out, nulls dropped)."""
+    return {alias: values[name] for name, alias in _USAGE_FIELDS if values.get(name) is not None}
