@@ -5,9 +5,8 @@ provider event per record); everything reasonwire needs to route and attribute i
 travels in headers so the value is never re-encoded. Header values are UTF-8.
 """
 
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final
+from typing import Final, NamedTuple
 
 HEADER_PROVIDER: Final = "rw-provider"
 """Grammar name (:class:`contracts.grammars.Grammar` value); selects the translator."""
@@ -43,9 +42,9 @@ class Control(StrEnum):
     """The ingress saw the connection drop: close the run as interrupted."""
 
 
-@dataclass(frozen=True, slots=True)
-class RawEnvelope:
-    """The validated headers of one raw record; built by :func:`read_envelope`."""
+class RawEnvelope(NamedTuple):
+    """The validated headers of one raw record; built by :func:`read_envelope` (a tuple:
+    one is built per raw record)."""
 
     grammar: str
     run_id: str
@@ -56,6 +55,27 @@ class RawEnvelope:
     issuer_scope: str | None
     sse_event: str | None
     control: Control | None
+
+
+_ENVELOPE_HEADERS = (
+    HEADER_RUN_ID,
+    HEADER_PROVIDER,
+    HEADER_SEQ,
+    HEADER_CONTROL,
+    HEADER_THREAD_ID,
+    HEADER_TENANT,
+    HEADER_MODEL,
+    HEADER_ISSUER_SCOPE,
+    HEADER_SSE_EVENT,
+)
+
+
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 class EnvelopeError(ValueError):
@@ -73,15 +93,13 @@ def read_envelope(headers: dict[str, bytes], known_grammars: frozenset[str]) -> 
     to ``default``.
     """
 
-    def text(name: str) -> str | None:
-        value = headers.get(name)
-        if value is None:
-            return None
-        try:
-            decoded = value.decode("utf-8")
-        except UnicodeDecodeError:
-            raise EnvelopeError(f"header {name} is not UTF-8") from None
-        return decoded or None
+    ours = [(name, headers[name]) for name in _ENVELOPE_HEADERS if headers.get(name)]
+    try:  # one pass over our headers (others are not ours to judge): this runs for every raw record
+        decoded = {name: value.decode("utf-8") for name, value in ours}
+    except UnicodeDecodeError:
+        bad = next(name for name, value in ours if not _is_utf8(value))
+        raise EnvelopeError(f"header {bad} is not UTF-8") from None
+    text = decoded.get
 
     run_id = text(HEADER_RUN_ID)
     if run_id is None:

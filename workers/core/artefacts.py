@@ -40,6 +40,11 @@ class ArtefactLedger:
         self._held: dict[Hashable, HeldArtefact] = {}
         self._records: list[ArtefactRecord] = []
 
+    @property
+    def pending(self) -> bool:
+        """Whether records are waiting to be drained."""
+        return bool(self._records)
+
     def drain(self) -> list[ArtefactRecord]:
         out, self._records = self._records, []
         return out

@@ -31,6 +31,7 @@ class AudienceFilter:
         self.rule = rule
         self._hidden: set[str] = set()
         self.removed = 0
+        self._all = self.passes_everything
 
     @property
     def passes_everything(self) -> bool:
@@ -38,6 +39,8 @@ class AudienceFilter:
 
     def admit(self, event: WireEvent) -> WireEvent | None:
         """The event as this audience may see it (a wire dict, ``workers.core.events``), or None."""
+        if self._all and "rawEvent" not in event:
+            return event
         kept = self._admit(event)
         if kept is None:
             self.removed += 1

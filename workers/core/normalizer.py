@@ -34,6 +34,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from contracts import topics
 from contracts.artefacts import ArtefactRecord
@@ -72,9 +73,8 @@ class RawRecord:
     offset: int = -1
 
 
-@dataclass(frozen=True)
-class Outbound:
-    """A record to publish."""
+class Outbound(NamedTuple):
+    """A record to publish (a tuple: one is built per output event)."""
 
     topic: str
     key: bytes | None
@@ -82,14 +82,14 @@ class Outbound:
     headers: dict[str, str]
 
 
-@dataclass(frozen=True)
-class RunKey:
+class RunKey(NamedTuple):
+    """A run's identity in the run table (a tuple: hashed several times per record)."""
+
     tenant: str
     run_id: str
 
 
-@dataclass(frozen=True)
-class JournalEntry:
+class JournalEntry(NamedTuple):
     """One raw event of an open run, as the journal keeps it."""
 
     seq: int
@@ -97,7 +97,7 @@ class JournalEntry:
     sse_event: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     """What the adapter must do for one record, in this order: store, publish, commit."""
 
@@ -122,14 +122,11 @@ class DeadLetter:
     reason: str
 
 
-@dataclass
+@dataclass(slots=True)
 class RunInput:
     record: RawRecord
     envelope: RawEnvelope
-
-    @property
-    def run(self) -> RunKey:
-        return RunKey(self.envelope.tenant, self.envelope.run_id)
+    run: RunKey
 
 
 @dataclass
@@ -140,6 +137,8 @@ class _RunState:
     policy: RetentionPolicy
     trusted: AudienceFilter
     public: AudienceFilter
+    base_headers: dict[str, str]
+    """The headers every output of the run carries (built once per run)."""
     next_seq: int = 0
     event_seq: int = 0
     public_seq: int = 0
@@ -168,7 +167,7 @@ class Normalizer:
             return DeadLetter(record, "record has no value and is not a control record")
         if record.key is not None and record.key != envelope.run_id.encode():
             return DeadLetter(record, f"record key differs from {HEADER_RUN_ID}: ordering per run is not guaranteed")
-        return RunInput(record, envelope)
+        return RunInput(record, envelope, RunKey(envelope.tenant, envelope.run_id))
 
     def needs_restore(self, item: RunInput) -> bool:
         """True when the run is not held here, or is held but stale (another owner moved it on)."""
@@ -270,6 +269,12 @@ class Normalizer:
             policy,
             trusted=AudienceFilter(policy.rule(Audience.TRUSTED)),
             public=AudienceFilter(policy.rule(Audience.PUBLIC)),
+            base_headers={
+                HEADER_RUN_ID: env.run_id,
+                HEADER_THREAD_ID: env.thread_id,
+                HEADER_TENANT: env.tenant,
+                HEADER_PROVIDER: env.grammar,
+            },
             last_seen=time.monotonic(),
         )
 
@@ -278,14 +283,8 @@ class Normalizer:
     ) -> None:
         """Number and filter the translation's events per audience and put the outputs in ``step``;
         with ``emit=False`` (a restore) only the numbering and the filters advance."""
-        env, policy = state.envelope, state.policy
+        env, policy, base = state.envelope, state.policy, state.base_headers
         key = env.run_id.encode()
-        base = {
-            HEADER_RUN_ID: env.run_id,
-            HEADER_THREAD_ID: env.thread_id,
-            HEADER_TENANT: env.tenant,
-            HEADER_PROVIDER: env.grammar,
-        }
         for event in translation.events:
             trusted = state.trusted.admit(event)
             blob = None
@@ -304,7 +303,9 @@ class Normalizer:
             return
         if policy.opaque_state.store:
             step.artefact_ttl_s = policy.opaque_state.ttl_s
-            step.artefacts += [r.model_copy(update={"tenant": env.tenant}) for r in translation.artefacts]
+            for record in translation.artefacts:  # fresh from the translator, owned by this step
+                record.tenant = env.tenant
+            step.artefacts += translation.artefacts
         step.warnings += translation.warnings
         if translation.rejection is not None and record is not None:
             step.outbound.append(_dead_letter(record, translation.rejection.reason))

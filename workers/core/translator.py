@@ -326,12 +326,16 @@ class Translator:
         self._warnings.append(TranslatorWarning(code=code, message=message, line=self.line))
 
     def _collect(self) -> Translation:
+        """Hand over what the last call produced (once per provider event: kept lean)."""
         warnings = self._warnings
         if warnings:
             self._warnings = []
-        else:
-            warnings = []
-        return Translation(self._run.drain(), self._ledger.drain(), warnings)  # type: ignore[union-attr]
+        ledger = self._ledger
+        return Translation(
+            self._run.drain(),  # type: ignore[union-attr]
+            ledger.drain() if ledger.pending else [],  # type: ignore[union-attr]
+            warnings if warnings else [],
+        )
 
 
 def _fallback_run_id(raw: bytes | str) -> str:
