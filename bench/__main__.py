@@ -217,6 +217,7 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
     s: dict[str, Any] = {}
     if "cpu" in r:
         s["translator_to_floor"] = {g: v["ratio_to_floor"] for g, v in r["cpu"].items()}
+        s["translator_marginal_to_floor"] = {g: v["decomposed"]["marginal_ratio_to_floor"] for g, v in r["cpu"].items()}
     lite = r.get("litellm", {}).get("grammars", {})
     if lite:
         s["speedup_vs_litellm"] = {g: v["speedup_vs_litellm_wire"] for g, v in lite.items()}
@@ -270,6 +271,8 @@ def render_table(r: dict[str, Any]) -> str:
         worst = max(s["translator_to_floor"].values())
         per = ", ".join(f"{g} {v:.1f}×" for g, v in s["translator_to_floor"].items())
         lines.append(f"| translator CPU / JSON floor (per event) | {per} | ≤ {TARGETS['translator_to_floor']:.1f}× | {_met(worst <= TARGETS['translator_to_floor'])} |")
+        per = ", ".join(f"{g} {v:.1f}×" for g, v in s["translator_marginal_to_floor"].items())
+        lines.append(f"| same, one more event in a run (fitted slope, fixed cost per run apart) | {per} | (context) | — |")
     if "speedup_vs_litellm" in s:
         per = ", ".join(f"{g} {v:.1f}× (parser-only {s['speedup_vs_litellm_parser_only'][g]:.1f}×)" for g, v in s["speedup_vs_litellm"].items())
         lines.append(f"| reasonwire speed / LiteLLM's streaming path | {per} | ≥ {TARGETS['speedup_vs_litellm']:.0f}× | {_met(min(s['speedup_vs_litellm'].values()) >= TARGETS['speedup_vs_litellm'])} |")
@@ -326,11 +329,18 @@ def render_table(r: dict[str, Any]) -> str:
             pts = ", ".join(f"{p['open_runs']}: +{p['rss_mib_over_empty']:.0f} MiB" for p in curve["points"])
             lines.append(f"| RSS vs open runs ({curve['grammar']}) | {pts} | — | — |")
     if "cpu" in r:
-        lines += ["", "| grammar | runs | events (median/max per run) | reasonwire events/s | floor events/s | ratio |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| grammar | runs | events (median/max per run) | reasonwire events/s | floor events/s | ratio "
+            "| per extra event µs (floor) | fixed per run µs (floor) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for g, v in r["cpu"].items():
+            d = v["decomposed"]
             lines.append(
                 f"| {g} | {v['runs']} | {v['input_events']} ({v['events_per_run_median']:.0f}/{v['events_per_run_max']}) "
-                f"| {v['reasonwire_events_per_s']:.0f} | {v['floor_events_per_s']:.0f} | {v['ratio_to_floor']:.1f}× |"
+                f"| {v['reasonwire_events_per_s']:.0f} | {v['floor_events_per_s']:.0f} | {v['ratio_to_floor']:.1f}× "
+                f"| {d['us_per_event']:.2f} ({d['floor_us_per_event']:.2f}) | {d['fixed_us_per_run']:.0f} ({d['floor_fixed_us_per_run']:.0f}) |"
             )
     lite = r.get("litellm", {}).get("grammars", {})
     if lite:

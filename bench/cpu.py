@@ -15,6 +15,12 @@ What is measured, per grammar, over the same generated runs (``bench.streams``):
 Both passes run alternately several times (ABAB…), timed in process CPU time;
 the reported ratio is the median of the per-round ratios, so drift on a shared
 machine hits both sides. Events/s are per CPU-second of one core.
+
+The ratio mixes two costs a run has: a fixed one (start, artefact and usage
+records, the terminal event) and one per provider event. :func:`decompose` times
+every run on its own and fits ``time = fixed + per_event × events`` for both
+sides, so the table can say what an extra event costs against what it costs the
+floor (the steady state of a long run) apart from what a run costs at all.
 """
 
 from __future__ import annotations
@@ -111,6 +117,36 @@ def workload(grammar: str, runs: list[list[bytes]]) -> Workload:
     )
 
 
+def decompose(w: Workload, *, rounds: int = 3) -> dict[str, Any]:
+    """Least-squares ``CPU time = fixed + per_event × input events`` per run, both sides.
+
+    Each run is timed alone (the fastest of ``rounds``, ABAB), so a run's fixed cost and
+    its per-event cost can be told apart; see the module docstring."""
+    clock = time.process_time
+    n = len(w.runs)
+    ours, floor = [float("inf")] * n, [float("inf")] * n
+    for _ in range(rounds):
+        gc.collect()
+        for i, (lines, outs) in enumerate(zip(w.runs, w.outputs)):
+            t0 = clock()
+            floor_run(lines, outs)
+            t1 = clock()
+            translate_run(w.cls, lines, f"run-{i}")
+            t2 = clock()
+            floor[i] = min(floor[i], t1 - t0)
+            ours[i] = min(ours[i], t2 - t1)
+    events = [float(len(r)) for r in w.runs]
+    fit_ours = statistics.linear_regression(events, ours)
+    fit_floor = statistics.linear_regression(events, floor)
+    return {
+        "fixed_us_per_run": fit_ours.intercept * 1e6,
+        "floor_fixed_us_per_run": fit_floor.intercept * 1e6,
+        "us_per_event": fit_ours.slope * 1e6,
+        "floor_us_per_event": fit_floor.slope * 1e6,
+        "marginal_ratio_to_floor": fit_ours.slope / fit_floor.slope,
+    }
+
+
 def measure(w: Workload, *, rounds: int = 5) -> dict[str, Any]:
     run_ids = [f"run-{i}" for i in range(len(w.runs))]
 
@@ -144,4 +180,5 @@ def measure(w: Workload, *, rounds: int = 5) -> dict[str, Any]:
         "floor_us_per_event": med_floor / w.input_events * 1e6,
         "ratio_to_floor": statistics.median(ratios),
         "ratio_to_floor_rounds": ratios,
+        "decomposed": decompose(w, rounds=max(2, rounds - 2)),
     }

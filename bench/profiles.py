@@ -18,8 +18,9 @@ from typing import Any
 
 TRANSLATOR_BUCKETS: list[tuple[str, Callable[[str, str], bool]]] = [
     ("parse provider JSON (orjson.loads)", lambda f, p: f == "loads" and "built-in" in p),
-    ("serialize output (event_json / record_json: pydantic + ag_ui omit-null wrap serializer)", lambda f, p: f in ("event_json", "record_json")),
-    ("build AG-UI events (pydantic validation of our own output)", lambda f, p: (f in ("__init__", "model_copy") and "pydantic" in p) or f == "validate_python"),
+    ("serialize output (event_json: orjson of wire dicts; record_json: pydantic-core)", lambda f, p: f in ("event_json", "record_json")),
+    ("build contract records (pydantic: artefact, usage, token counts)", lambda f, p: (f in ("__init__", "model_copy") and "pydantic" in p) or f == "validate_python"),
+    ("build AG-UI events (wire dicts, workers.core.events)", lambda f, p: p.endswith("core/events.py")),
     ("field checks (errors.require / optional)", lambda f, p: f in ("require", "optional") and p.endswith("errors.py")),
     ("producer discipline (StreamDiscipline)", lambda f, p: p.endswith("discipline.py")),
     ("translator dispatch + handlers + artefact ledger", lambda f, p: "/workers/" in p),
@@ -32,7 +33,7 @@ WORKER_BUCKETS: list[tuple[str, Callable[[str], bool]]] = [
     ("Redis key names (contracts.store: urllib quote per key)", lambda fr: "contracts/store.py" in fr),
     ("Redis transaction (ArtefactStore.apply / load_journal)", lambda fr: fr.startswith(("ArtefactStore.",))),
     ("normalizer bookkeeping (route, envelope, headers, audience filters)", lambda fr: fr.startswith(("Normalizer.", "read_envelope ", "_event_record ", "AudienceFilter."))),
-    ("publish: FastStream broker.publish → aiokafka send", lambda fr: fr.startswith("NormalizerWorker._publish ")),
+    ("publish: aiokafka send", lambda fr: fr.startswith("NormalizerWorker._publish ")),
     ("FastStream consume path: JSON-decode of raw bodies (decode_message)", lambda fr: fr.startswith("decode_message ")),
     ("FastStream consume path: DI, middlewares, logging", lambda fr: fr.startswith(("LogicSubscriber._run_consume_loop ",))),
     ("aiokafka fetcher / sender tasks, event loop, idle", lambda fr: True),
