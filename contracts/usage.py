@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.grammars import Grammar
 
@@ -20,7 +20,10 @@ SCHEMA: Literal["reasonwire.usage.v1"] = "reasonwire.usage.v1"
 
 
 class TokenCounts(BaseModel):
-    """Normalized token counts for one model call (see the module docstring)."""
+    """Normalized token counts for one model call (see the module docstring). Immutable:
+    a new report replaces the counts, so one empty instance can be shared."""
+
+    model_config = ConfigDict(frozen=True)
 
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -50,6 +53,10 @@ class TokenCounts(BaseModel):
         ):
             problems.append("total_tokens is not input_tokens + output_tokens")
         return problems
+
+
+NO_TOKENS = TokenCounts()
+"""Counts before the provider reported any."""
 
 
 class UsageRecord(BaseModel):

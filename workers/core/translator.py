@@ -36,13 +36,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import orjson
 
 from contracts.artefacts import ArtefactRecord, Issuer
 from contracts.grammars import Grammar
-from contracts.usage import TokenCounts, UsageRecord
+from contracts.usage import NO_TOKENS, UsageRecord
 from workers.core.artefacts import ArtefactLedger
 from workers.core.discipline import DisciplineViolation, RunPhase, StreamDiscipline
 from workers.core.errors import ProviderGrammarError
@@ -124,7 +125,7 @@ class Translator:
         self.response_id: str | None = None
         self.line = 0
         self.counters: Counter[str] = Counter()
-        self.tokens = TokenCounts()
+        self.tokens = NO_TOKENS
         self.end: RunEnd | None = None
         self.stop_reason: str | None = None
         self._run: StreamDiscipline | None = None
@@ -270,9 +271,7 @@ class Translator:
         self.model = model or self.model  # what the stream says produced it wins over the request
         run_id = self._run_id or response_id or self._fallback_run_id or _fallback_run_id(raw)
         self._run = StreamDiscipline(run_id=run_id, thread_id=self._thread_id or run_id)
-        self._ledger = ArtefactLedger(
-            self._run, Issuer(grammar=self.grammar, model=self.model, scope=self.issuer_scope)
-        )
+        self._ledger = ArtefactLedger(self._run, _issuer(self.grammar, self.model, self.issuer_scope))
         self._run.start_run(metadata={"grammar": self.grammar.value, "model": self.model})
 
     def _finish_now(self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None) -> None:
@@ -336,6 +335,12 @@ class Translator:
             ledger.drain() if ledger.pending else [],  # type: ignore[union-attr]
             warnings if warnings else [],
         )
+
+
+@lru_cache(maxsize=1024)
+def _issuer(grammar: Grammar, model: str | None, scope: str | None) -> Issuer:
+    """Issuers are immutable and few (grammar × model × scope): built once each."""
+    return Issuer(grammar=grammar, model=model, scope=scope)
 
 
 def _fallback_run_id(raw: bytes | str) -> str:
