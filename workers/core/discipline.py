@@ -17,6 +17,9 @@ ids and keeps the bookkeeping that makes the stream valid by construction:
   and a ``REASONING_ENCRYPTED_VALUE`` may only name an entity this run opened.
 * after the terminal event nothing more is emitted.
 
+Events are built by ``workers.core.events`` as AG-UI wire dicts, so what this
+object emits is what goes on the topic.
+
 A unit closed because the run ended abnormally carries
 ``metadata.reasonwire.incomplete = true`` on its end event, so a consumer can
 tell partial reasoning or text from a finished one.
@@ -45,6 +48,7 @@ from workers.core.events import WireEvent
 
 METADATA_KEY = "reasonwire"
 """Our namespace inside AG-UI ``metadata`` (the key ``ag-ui`` is reserved by the protocol)."""
+
 
 class DisciplineViolation(Exception):
     """A request that would make the AG-UI stream break R1/R2; the run fails instead."""
