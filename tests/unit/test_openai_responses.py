@@ -524,6 +524,24 @@ def test_prefix_deltas_get_only_the_missing_suffix_P2() -> None:
     assert text_deltas == ["The answ", "er is fo", "rty-two."]
 
 
+@pytest.mark.parametrize(
+    ("streamed", "restated", "gap"),
+    [
+        ("Grüße, 🌍", "Grüße, 🌍 und mehr", " und mehr"),  # multi-byte and astral characters before the gap
+        ("same text", "same text", ""),
+    ],
+)
+def test_a_restatement_is_judged_without_keeping_the_text_P2(streamed: str, restated: str, gap: str) -> None:
+    """The part keeps a length and a digest, not its text: the gap is still exact."""
+    stream = ResponseStream().start()
+    stream.message(0, "msg_1", streamed, restate=False)
+    stream.events[-1]["item"]["content"][0]["text"] = restated
+    out = _translate(stream.completed().events)
+    deltas = [e["delta"] for e in _of(out, "TEXT_MESSAGE_CONTENT")]
+    assert deltas == ([streamed, gap] if gap else [streamed])
+    assert _terminal(out)["type"] == "RUN_FINISHED"
+
+
 def test_done_that_disagrees_with_its_deltas_is_a_grammar_error_R7_P8() -> None:
     stream = ResponseStream().start()
     stream.message(0, "msg_1", "Hello", restate=False)

@@ -68,6 +68,7 @@ that contains function calls lists their call ids as pending on ``RUN_FINISHED``
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -176,13 +177,26 @@ _REASONING_CHANNELS = (Channel.SUMMARY, Channel.RAW)
 
 @dataclass
 class _Part:
-    """What the deltas of one part delivered so far (to judge its ``.done``, P2)."""
+    """What the deltas of one part delivered so far, to judge its ``.done`` (P2).
 
-    chunks: list[str] = field(default_factory=list)
+    Not the text itself: its length and a running digest, so a part's state stays
+    the same size however long it streams. A restatement agrees with the deltas
+    when its first ``length`` characters hash the same; what follows is the gap.
+    """
+
     length: int = 0
+    digest: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
 
-    def text(self) -> str:
-        return "".join(self.chunks)
+    def add(self, text: str) -> None:
+        self.digest.update(text.encode("utf-8", "surrogatepass"))
+        self.length += len(text)
+
+    def streamed_prefix_of(self, full: str) -> bool:
+        """Whether ``full`` starts with exactly what the deltas streamed."""
+        if len(full) < self.length:
+            return False
+        head = hashlib.blake2b(full[: self.length].encode("utf-8", "surrogatepass"), digest_size=16)
+        return head.digest() == self.digest.digest()
 
 
 @dataclass
@@ -489,22 +503,20 @@ class OpenAIResponsesTranslator(Translator):
         else:
             self.run.text_content(key, delta)
         entry.has_text.add(channel)
-        part.chunks.append(text)
-        part.length += len(text)
+        part.add(text)
 
     def _settle(self, entry: _Item, channel: Channel, index: int, full: str, where: str) -> None:
         """A ``.done`` restates a part: emit only what its deltas missed, never twice (P2)."""
         part = entry.parts.get((channel, index))
-        streamed = part.text() if part is not None else ""
-        if full == streamed:
-            return
-        if not full.startswith(streamed):
+        streamed = part.length if part is not None else 0
+        if part is not None and not part.streamed_prefix_of(full):
             # No content in the reason (P8): sizes only.
             raise ProviderGrammarError(
                 f"{where}: {channel.value} part {index} of output item {entry.index} restates "
-                f"{len(full)} characters that disagree with the {len(streamed)} its deltas streamed"
+                f"{len(full)} characters that disagree with the {streamed} its deltas streamed"
             )
-        self._stream(entry, channel, index, full[len(streamed) :])
+        if len(full) > streamed:
+            self._stream(entry, channel, index, full[streamed:])
 
     # -- units -----------------------------------------------------------------------
 
