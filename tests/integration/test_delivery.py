@@ -36,15 +36,15 @@ async def test_a_run_whose_end_failed_to_publish_is_finished_on_redelivery(prime
     telemetry = setup_telemetry(install_global=False, env={})
     app, worker = create_app(dataclasses.replace(primed_group, inactivity_timeout_s=120), telemetry)
     failed: list[int] = []
-    publish = worker._publish
+    worker_send = worker._send
 
-    async def fail_when_a_run_ends(steps: list[Step]) -> None:
+    async def fail_when_a_run_ends(steps: list[Step]) -> list[Any]:
         if not failed and any(s.run_ended and s.run and s.run.run_id == run.run_id for s in steps):
             failed.append(len(steps))
             raise BrokerOutage("publish failed after the store wrote the poll")
-        await publish(steps)
+        return await worker_send(steps)
 
-    worker._publish = fail_when_a_run_ends  # type: ignore[method-assign]
+    worker._send = fail_when_a_run_ends  # type: ignore[method-assign]
     try:
         await app.start()
         await send(producer, records)
