@@ -292,8 +292,16 @@ class NormalizerWorker:
     # -- stepping ----------------------------------------------------------------------
 
     async def _journals_needed(self, routed: Sequence[DeadLetter | RunInput]) -> dict[RunKey, tuple[list[JournalEntry], bool]]:
-        """The journals of the runs this poll meets without holding them, in one round trip."""
-        runs = list(dict.fromkeys(i.run for i in routed if isinstance(i, RunInput) and self.normalizer.needs_restore(i)))
+        """The journals of the runs this poll meets without holding them, in one round trip.
+
+        Judged on each run's first record in the poll: the later ones are ahead of the run's
+        state only until the earlier ones are stepped (asking for them read — and decoded —
+        the whole journal of every run with two records in a poll, for nothing)."""
+        first: dict[RunKey, RunInput] = {}
+        for item in routed:
+            if isinstance(item, RunInput):
+                first.setdefault(item.run, item)
+        runs = [run for run, item in first.items() if self.normalizer.needs_restore(item)]
         return dict(zip(runs, await self.store.load_journals(runs), strict=True)) if runs else {}
 
     async def _step(self, routed: DeadLetter | RunInput, journals: dict[RunKey, tuple[list[JournalEntry], bool]]) -> Step:

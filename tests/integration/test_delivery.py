@@ -11,7 +11,7 @@ import pytest
 
 from tests.conformance.oracle import SHARED_FIXTURES, assert_valid_stream, translate_file
 from tests.integration.conftest import Collector, send
-from workers.core.normalizer import Step
+from workers.core.normalizer import RawRecord, Step
 from workers.ingress import RunEnvelope, raw_records
 from workers.normalize import create_app
 from workers.settings import WorkerSettings
@@ -58,3 +58,31 @@ async def test_a_run_whose_end_failed_to_publish_is_finished_on_redelivery(prime
     stream = c.stream(run.run_id)
     assert stream == translate_file(run.grammar, FIXTURE, run_id=run.run_id, thread_id=run.thread_id).events
     assert_valid_stream(stream)
+
+
+async def test_a_poll_reads_only_the_journals_of_runs_it_does_not_hold(primed_group: WorkerSettings) -> None:
+    """Several records of one run in a poll: its journal is read once when the run is new here,
+    and not at all while the worker holds it (judged on the run's first record in the poll)."""
+    run = RunEnvelope("openai-responses", f"journal-{uuid.uuid4().hex[:8]}", f"thread-{uuid.uuid4().hex[:6]}", tenant="acme")
+    with FIXTURE.open() as f:
+        records = [RawRecord(r.key, r.value, tuple(r.headers), 0, i) for i, r in enumerate(raw_records(run, read_events(f)))]
+    telemetry = setup_telemetry(install_global=False, env={})
+    _, worker = create_app(primed_group, telemetry)
+    reads: list[list[Any]] = []
+    load_journals = worker.store.load_journals
+
+    async def counted(runs: list[Any]) -> list[Any]:
+        reads.append(list(runs))
+        return await load_journals(runs)
+
+    worker.store.load_journals = counted  # type: ignore[method-assign]
+    try:
+        first_poll = [worker.normalizer.route(r) for r in records[:4]]
+        assert list(await worker._journals_needed(first_poll)) == [first_poll[0].run]  # type: ignore[union-attr]
+        for item in first_poll:
+            worker.normalizer.accept(item)  # type: ignore[arg-type]
+        assert await worker._journals_needed([worker.normalizer.route(r) for r in records[4:9]]) == {}
+        assert len(reads) == 1
+    finally:
+        await worker.store.redis.aclose()
+        telemetry.log_guard.uninstall()
