@@ -15,6 +15,11 @@ closed by its ``end`` control record):
 * the **passthrough** — ``python -m bench.passthrough``: bare aiokafka, same
   group semantics, batch size, poll timeout, producer acks and linger; it
   re-publishes each record unchanged and commits;
+* the **pipelined passthrough** — the same with ``RW_BENCH_PIPELINED=1``: acks
+  and commits complete in the background while the next batch is fetched, as
+  the (pipelined) worker does; the serial one waits for a publish and a commit
+  round trip per batch before it fetches again, which is most of its own
+  latency, so it is the latency floor the worker is also compared with;
 * the **FastStream passthrough** — ``python -m bench.faststream_passthrough``:
   the same passthrough written as a FastStream app like the worker, to tell
   the framework's cost from ours.
@@ -189,9 +194,11 @@ class Consumer:
     """A worker or passthrough OS process with its log."""
 
     def __init__(self, kind: str, stage: Stage, log: Path) -> None:
-        telemetry = "on"
+        telemetry, pipelined = "on", "0"
         if kind == "worker-no-telemetry":
             kind, telemetry = "worker", "off"
+        if kind == "passthrough-pipelined":
+            kind, pipelined = "passthrough", "1"
         env = {
             **os.environ,
             "KAFKA_BOOTSTRAP_SERVERS": stage.bootstrap,
@@ -205,6 +212,7 @@ class Consumer:
             "RW_JOURNAL_TTL_S": "900",
             "RW_INACTIVITY_TIMEOUT_S": "300",
             "RW_BENCH_TELEMETRY": telemetry,
+            "RW_BENCH_PIPELINED": pipelined,
             "OTEL_TRACES_EXPORTER": "none",
             "OTEL_METRICS_EXPORTER": "none",
             "OTEL_LOGS_EXPORTER": "none",
