@@ -134,6 +134,8 @@ class NormalizerWorker:
         async with self.lock:
             if self.closing:
                 return
+            if self._failure is not None:
+                await self._rewind()  # else the expired runs' RUN_ERROR would chain onto the failed poll and be lost
             trace = self.telemetry.batch(()).__enter__()
             steps = self.normalizer.expire(timeout_s=self.settings.inactivity_timeout_s)
             trace.stepped(steps)

@@ -60,6 +60,39 @@ async def test_a_run_whose_end_failed_to_publish_is_finished_on_redelivery(prime
     assert_valid_stream(stream)
 
 
+async def test_a_send_failing_while_a_poll_is_stepped_rewinds_and_loses_nothing(primed_group: WorkerSettings, producer: Any) -> None:
+    """The outputs of runs still open are sent while stepping: a failure there rewinds every
+    partition in flight to its first uncommitted record, and the redone poll publishes everything."""
+    run = RunEnvelope("openai-responses", f"early-{uuid.uuid4().hex[:8]}", f"thread-{uuid.uuid4().hex[:6]}", tenant="acme")
+    with FIXTURE.open() as f:
+        records = list(raw_records(run, read_events(f)))
+    telemetry = setup_telemetry(install_global=False, env={})
+    app, worker = create_app(dataclasses.replace(primed_group, inactivity_timeout_s=120), telemetry)
+    failed: list[int] = []
+    worker_send = worker._send
+
+    async def fail_mid_run(steps: list[Step]) -> list[Any]:
+        mine = [s for s in steps if s.run and s.run.run_id == run.run_id and s.outbound]
+        if not failed and mine and not any(s.run_ended for s in steps):
+            failed.append(len(mine))
+            raise BrokerOutage("send failed while stepping")
+        return await worker_send(steps)
+
+    worker._send = fail_mid_run  # type: ignore[method-assign]
+    try:
+        await app.start()
+        await send(producer, records)
+        async with Collector(primed_group.kafka_bootstrap_servers) as c:
+            await c.until(lambda c: bool(failed) and c.finished(run.run_id), timeout=90)
+            await asyncio.sleep(0.5)
+    finally:
+        await app.stop()
+        telemetry.log_guard.uninstall()
+    assert failed, "no send failed while stepping: the path under test did not run"
+    stream = c.stream(run.run_id)
+    assert stream == translate_file(run.grammar, FIXTURE, run_id=run.run_id, thread_id=run.thread_id).events
+    assert_valid_stream(stream)
+
 async def test_a_poll_reads_only_the_journals_of_runs_it_does_not_hold(primed_group: WorkerSettings) -> None:
     """Several records of one run in a poll: its journal is read once when the run is new here,
     and not at all while the worker holds it (judged on the run's first record in the poll)."""
