@@ -205,7 +205,8 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
             for kind in kinds:
                 log(f"3. latency at {rate:.0f} records/s ({label}): {kind}")
                 tr = e2e.traffic(grammars, n_records, seed=30, tag=f"{tag}-lat-{kind}-{int(rate)}", map_events=kind.startswith("worker"))
-                r = await e2e.latency(stage(f"lat-{kind}"), kind, tr, rate, logs)
+                warm = e2e.traffic(grammars, 500 if quick else 2000, seed=31, tag=f"{tag}-warm-{kind}-{int(rate)}").records
+                r = await e2e.latency(stage(f"lat-{kind}"), kind, tr, rate, logs, warm=warm)
                 out["latency"].append({"label": label, **r})
     finally:
         await e2e.delete_topics(bootstrap, created)
