@@ -175,6 +175,9 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
         log(f"3. drain {backlog_pt} records: bare aiokafka passthrough")
         tr = e2e.traffic(grammars, backlog_pt, seed=11, tag=f"{tag}-pt")
         out["passthrough_drain"] = await e2e.drain(stage("passthrough"), "passthrough", 1, tr.records, logs)
+        log(f"3. drain {backlog_pt} records: the same passthrough, pipelined (acks and commits in the background)")
+        tr = e2e.traffic(grammars, backlog_pt, seed=11, tag=f"{tag}-ptp")
+        out["passthrough-pipelined_drain"] = await e2e.drain(stage("pt-pipelined"), "passthrough-pipelined", 1, tr.records, logs)
         log(f"3. drain {backlog_pt} records: the same passthrough as a FastStream app")
         tr = e2e.traffic(grammars, backlog_pt, seed=11, tag=f"{tag}-fs")
         out["faststream-passthrough_drain"] = await e2e.drain(stage("fs-passthrough"), "faststream-passthrough", 1, tr.records, logs)
@@ -194,15 +197,16 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
         out["latency"] = []
         plan = (
             ("50% of passthrough max", 0.5 * pt_max, ("passthrough", "worker-no-telemetry", "worker")),
-            ("50% of worker max", 0.5 * w_max, ("passthrough", "faststream-passthrough", "worker-no-telemetry")),
-            ("25% of worker max", 0.25 * w_max, ("passthrough", "faststream-passthrough", "worker-no-telemetry")),
+            ("50% of worker max", 0.5 * w_max, ("passthrough", "passthrough-pipelined", "faststream-passthrough", "worker-no-telemetry", "worker")),
+            ("25% of worker max", 0.25 * w_max, ("passthrough", "passthrough-pipelined", "faststream-passthrough", "worker-no-telemetry", "worker")),
         )
         for label, rate, kinds in plan:
             n_records = int(rate * (send_s + 1.0))
             for kind in kinds:
                 log(f"3. latency at {rate:.0f} records/s ({label}): {kind}")
-                tr = e2e.traffic(grammars, n_records, seed=30, tag=f"{tag}-lat-{kind}-{int(rate)}", map_events=kind != "passthrough")
-                r = await e2e.latency(stage(f"lat-{kind}"), kind, tr, rate, logs)
+                tr = e2e.traffic(grammars, n_records, seed=30, tag=f"{tag}-lat-{kind}-{int(rate)}", map_events=kind.startswith("worker"))
+                warm = e2e.traffic(grammars, 500 if quick else 2000, seed=31, tag=f"{tag}-warm-{kind}-{int(rate)}").records
+                r = await e2e.latency(stage(f"lat-{kind}"), kind, tr, rate, logs, warm=warm)
                 out["latency"].append({"label": label, **r})
     finally:
         await e2e.delete_topics(bootstrap, created)
@@ -230,6 +234,8 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
         s["worker_with_telemetry_to_passthrough"] = e["worker_drain_1"]["records_per_s"] / pt
         s["telemetry_cost"] = 1 - e["worker_drain_1"]["records_per_s"] / w0
         s["two_workers_to_one"] = e["worker-no-telemetry_drain_2"]["records_per_s"] / w0
+        if "passthrough-pipelined_drain" in e:
+            s["passthrough_pipelined_to_passthrough"] = e["passthrough-pipelined_drain"]["records_per_s"] / pt
         if "faststream-passthrough_drain" in e:
             fs = e["faststream-passthrough_drain"]["records_per_s"]
             s["faststream_passthrough_to_passthrough"] = fs / pt
@@ -250,6 +256,17 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
                         "passthrough_p99": p["p99_us"] / 1000,
                         "worker_outputs_seen": f"{w['outputs_seen']}/{w['outputs_expected']}",
                         "worker_median_ms_per_half_second": w.get("median_ms_per_half_second"),
+                    }
+            q = by.get((label, "passthrough-pipelined"))
+            for kind in ("worker-no-telemetry", "worker"):
+                w = by.get((label, kind))
+                if w and q and w["p99_us"] is not None and q["p99_us"] is not None:
+                    s[f"added_latency_vs_pipelined_ms @ {label} ({kind})"] = {
+                        "rate": w["target_rate"],
+                        "p50": (w["p50_us"] - q["p50_us"]) / 1000,
+                        "p99": (w["p99_us"] - q["p99_us"]) / 1000,
+                        "pipelined_passthrough_p50": q["p50_us"] / 1000,
+                        "pipelined_passthrough_p99": q["p99_us"] / 1000,
                     }
     return s
 
@@ -309,6 +326,20 @@ def render_table(r: dict[str, Any]) -> str:
                     f"| added latency per event @ {a['rate']:.0f}/s ({label}, {who}) | p50 {a['p50']:+.1f} ms, p99 {a['p99']:+.1f} ms "
                     f"(it: p50 {a['worker_p50']:.1f} / p99 {a['worker_p99']:.1f} ms; bare passthrough {a['passthrough_p50']:.1f} / {a['passthrough_p99']:.1f} ms) | {target} | {met} |"
                 )
+        for label in ("50% of worker max", "25% of worker max"):
+            for kind in ("worker-no-telemetry", "worker"):
+                a = s.get(f"added_latency_vs_pipelined_ms @ {label} ({kind})")
+                if a:
+                    who = {"worker-no-telemetry": "worker, telemetry off", "worker": "worker as shipped"}[kind]
+                    lines.append(
+                        f"| same vs the pipelined passthrough @ {a['rate']:.0f}/s ({label}, {who}) | p50 {a['p50']:+.1f} ms, p99 {a['p99']:+.1f} ms "
+                        f"(pipelined passthrough p50 {a['pipelined_passthrough_p50']:.1f} / p99 {a['pipelined_passthrough_p99']:.1f} ms) | (context) | — |"
+                    )
+        if "passthrough_pipelined_to_passthrough" in s:
+            lines.append(
+                f"| pipelined bare passthrough / bare passthrough (throughput) | {s['passthrough_pipelined_to_passthrough']:.0%} "
+                f"({e['passthrough-pipelined_drain']['records_per_s']:.0f} records/s) | — | — |"
+            )
         w2 = e["worker-no-telemetry_drain_2"]["records_per_s"]
         lines.append(
             f"| 2 workers / 1 worker (2 cores, broker + Redis on the same machine) | {s['two_workers_to_one']:.2f}× "

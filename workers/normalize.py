@@ -4,13 +4,16 @@ A thin FastStream adapter around :class:`workers.core.normalizer.Normalizer`; ev
 decision lives there. Per poll (a batch of raw records): route and translate
 each record, write artefacts and journal entries in one Redis transaction,
 publish the outputs and wait for the broker's acknowledgement, close the runs
-that ended (journal dropped, ended marker set), then let FastStream commit the
-offsets (``AckPolicy.NACK_ON_ERROR``: an infrastructure
-failure rewinds to the batch's first record and retries; bad input never
-raises — it is dead-lettered). Offsets are therefore committed only after a
-record's outputs and Redis writes are done: at least once. Each poll is traced
-and counted by :mod:`workers.telemetry.normalizer`, whose guards keep content
-out of spans, metrics and logs (P8, docs/telemetry.md).
+that ended (journal dropped, ended marker set), then commit the poll's offsets
+(``AckPolicy.MANUAL``: the worker commits explicit offsets itself). Polls are
+pipelined — the next poll is stepped while the previous ones' writes are in
+flight (``RW_MAX_IN_FLIGHT``) — but each poll's effects keep that order and
+polls commit in order, so offsets are committed only after a record's outputs
+and Redis writes are done: at least once. An infrastructure failure rewinds
+every partition in flight to its first uncommitted record and retries; bad
+input never raises — it is dead-lettered. Each poll is traced and counted by
+:mod:`workers.telemetry.normalizer`, whose guards keep content out of spans,
+metrics and logs (P8, docs/telemetry.md).
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from faststream import AckPolicy, FastStream
@@ -40,8 +45,39 @@ from workers.telemetry.normalizer import NormalizerTelemetry
 log = logging.getLogger("reasonwire.normalize")
 
 
+@dataclass(eq=False)
+class _Flight:
+    """One poll (or expiry tick) from its Steps to its commit: the I/O of several polls overlaps."""
+
+    steps: Sequence[Step]
+    trace: Any
+    offsets: dict[TopicPartition, tuple[int, int]]
+    """Partition → (first offset of the poll, offset to commit once the poll is acknowledged)."""
+    early: list[asyncio.Future[Any]] = field(default_factory=list)
+    """Sends queued while stepping: the outputs of runs that did not end in this poll."""
+    sent: asyncio.Task[list[asyncio.Future[Any]]] | None = None
+    done: asyncio.Task[bool] | None = None
+    acknowledged: bool = False
+    """Outputs acknowledged and ended markers written: only the commit is left."""
+
+
 class NormalizerWorker:
-    """Owns the run table, the store and the broker for one worker process."""
+    """Owns the run table, the store and the producer for one worker process.
+
+    Polls are pipelined: :meth:`handle` steps a poll (CPU, plus a Redis read for runs it does
+    not hold) and returns once the poll's writes are queued, so the next poll is stepped while
+    this one's Redis transaction and broker acknowledgements are in flight. Without that, every
+    poll waited for four round trips (Redis write, broker acks, ended markers, commit) before the
+    next was fetched, and a record waited up to two such cycles in the fetch buffer (aiokafka
+    fetches a partition again only once its buffered records are taken). Per poll: the outputs
+    of runs still open are sent while stepping; the Redis transaction follows the previous
+    poll's; the outputs of runs that ended follow the transaction (their artefacts are stored
+    before the run's end is visible); the ended markers are written once every output is
+    acknowledged and the previous poll got that far; acknowledged polls are committed in order,
+    several in one commit when they queue up. A failure anywhere rewinds the consumer to the
+    first uncommitted record of every partition in flight and drops those partitions' runs,
+    which are rebuilt from their journals.
+    """
 
     def __init__(self, settings: WorkerSettings, broker: KafkaBroker, store: ArtefactStore, telemetry: NormalizerTelemetry) -> None:
         self.settings = settings
@@ -50,48 +86,224 @@ class NormalizerWorker:
         self.telemetry = telemetry
         self.normalizer = Normalizer(PolicyBook.load(settings.policy_file))
         self.lock = asyncio.Lock()
+        """Held while stepping, expiring, rewinding and handing over: the run table has one writer."""
         self.producer: AIOKafkaProducer | None = None
+        self.consumer: AIOKafkaConsumer | None = None
+        """The subscriber's consumer (known from the first poll): commits and rewinds go through it."""
         self.stats: dict[str, int] = {"records": 0, "events": 0, "artefacts": 0, "dead_letters": 0, "skipped": 0}
+        self.closing = False
+        self._flights: deque[_Flight] = deque()
+        """Polls stepped and not yet committed, oldest first."""
+        self._last: _Flight | None = None
+        self._slots = asyncio.Semaphore(max(1, settings.max_in_flight))
+        self._failure: BaseException | None = None
+        """The first failure of the pipeline, until the rewind that repairs it."""
+        self._rewound: dict[TopicPartition, int] = {}
+        """After a rewind: partition → offset the redelivery starts at (records fetched before it are stale)."""
+        self._recovery: asyncio.Task[None] | None = None
+        self._committer: asyncio.Task[None] | None = None
 
     async def handle(self, records: Sequence[RawRecord]) -> None:
+        """Step one poll and put its writes in flight; returns before they are acknowledged."""
         async with self.lock:
-            with self.telemetry.batch(records) as trace:
-                try:
-                    routed = [self.normalizer.route(record) for record in records]
-                    journals = await self._journals_needed(routed)
-                    steps = [await self._step(item, journals) for item in routed]
-                    trace.stepped(steps)  # registers the batch's content before Redis or Kafka can quote it (P8)
-                    self.stats["artefacts"] += await self.store.apply(steps)
-                    await self._publish(steps)
-                    await self.store.close_runs(steps)
-                except Exception:
-                    # The core already advanced these runs in memory; the redelivered poll would
-                    # skip its records as duplicates. Drop them: they are restored from the journal.
-                    self.normalizer.forget_partitions({record.partition for record in records})
-                    raise
-                self.stats["records"] += len(records)
+            if self._failure is not None:
+                await self._rewind()
+            records = self._fresh(records)
+            if not records or self.closing:
+                return  # not committed: redelivered to whoever consumes next
+            offsets = _offsets(records)
+            await self._slots.acquire()
+            trace = self.telemetry.batch(records).__enter__()
+            try:
+                routed = [self.normalizer.route(record) for record in records]
+                journals = await self._journals_needed(routed)
+                steps = [await self._step(item, journals) for item in routed]
+                trace.stepped(steps)  # registers the batch's content before Redis or Kafka can quote it (P8)
+                flight = _Flight(steps, trace, offsets)
+                flight.early = await self._send([s for s in steps if not s.run_ended])
+            except Exception as exc:  # the journal read or a send failed: the poll is redone
+                self._slots.release()
+                trace.__exit__(type(exc), exc, exc.__traceback__)
+                self._failed(exc)
+                await self._rewind(offsets)
+                return
+            self._launch(flight)
 
     async def expire_idle_runs(self) -> None:
         """Close runs whose ingress vanished (RUN_ERROR code ``inactivity_timeout``)."""
         async with self.lock:
-            with self.telemetry.batch(()) as trace:
-                steps = self.normalizer.expire(timeout_s=self.settings.inactivity_timeout_s)
-                trace.stepped(steps)
-                if steps:
-                    await self.store.apply(steps)
-                    await self._publish(steps)
-                    await self.store.close_runs(steps)
+            if self.closing:
+                return
+            if self._failure is not None:
+                await self._rewind()  # else the expired runs' RUN_ERROR would chain onto the failed poll and be lost
+            trace = self.telemetry.batch(()).__enter__()
+            steps = self.normalizer.expire(timeout_s=self.settings.inactivity_timeout_s)
+            trace.stepped(steps)
+            if not steps:
+                trace.__exit__(None, None, None)
+                return
+            await self._slots.acquire()
+            self._launch(_Flight(steps, trace, {}))
 
     async def forget(self, partitions: list[TopicPartition]) -> None:
+        """Partitions were revoked: finish (commit) what is in flight, then drop their runs."""
         async with self.lock:
-            revoked = [tp.partition for tp in partitions if tp.topic == topics.RAW]
-            dropped = self.normalizer.forget_partitions(revoked)
-            self.telemetry.forget(revoked)
+            await self._settle()
+            revoked = [tp for tp in partitions if tp.topic == topics.RAW]
+            if self._failure is not None:
+                await self._rewind(skip=set(revoked))
+            for tp in revoked:
+                self._rewound.pop(tp, None)
+            dropped = self.normalizer.forget_partitions([tp.partition for tp in revoked])
+            self.telemetry.forget([tp.partition for tp in revoked])
         log.info("partitions revoked: %d open runs handed over", dropped)
 
+    async def drain(self) -> None:
+        """Stop taking polls and wait until every poll in flight is committed or failed (shutdown)."""
+        self.closing = True
+        async with self.lock:
+            await self._settle()
+
+    # -- the pipeline ------------------------------------------------------------------
+
+    def _launch(self, flight: _Flight) -> None:
+        previous = self._last
+        flight.sent = asyncio.create_task(self._store_and_send(flight, previous.sent if previous else None))
+        flight.done = asyncio.create_task(self._complete(flight, previous.done if previous else None))
+        self._flights.append(flight)
+        self._last = flight
+
+    async def _store_and_send(self, flight: _Flight, previous: asyncio.Task[Any] | None) -> list[asyncio.Future[Any]]:
+        """The poll's Redis transaction, in poll order, then the outputs of the runs that ended in it.
+
+        A run's last outputs (``RUN_FINISHED`` / ``RUN_ERROR``, usage) wait for its artefacts to be
+        stored — and for the earlier polls' transactions — so a client that sees a run end and asks
+        for a replay finds them. Its earlier outputs went out while stepping (:meth:`handle`): a
+        failed transaction redoes the poll, and at least once allows the repeat."""
+        if previous is not None:
+            await previous  # a failed predecessor fails this poll too: nothing more of it is written
+        self.stats["artefacts"] += await self.store.apply(flight.steps)
+        return await self._send([s for s in flight.steps if s.run_ended])
+
+    async def _complete(self, flight: _Flight, previous: asyncio.Task[bool] | None) -> bool:
+        """Acks, then (after every earlier poll) the ended markers; the commit follows in
+        :meth:`_commit_acknowledged`. Never raises: a failure is reported and rewound."""
+        error: BaseException | None = None
+        acks: list[Any] = list(await asyncio.gather(*flight.early, return_exceptions=True))
+        try:
+            assert flight.sent is not None
+            acks += await asyncio.gather(*await flight.sent, return_exceptions=True)
+        except Exception as exc:
+            acks.append(exc)
+        error = next((a for a in acks if isinstance(a, BaseException)), None)
+        earlier_ok = previous is None or await previous
+        if error is None and earlier_ok:
+            try:
+                await self.store.close_runs(flight.steps)  # only after the outputs are acknowledged
+            except Exception as exc:
+                error = exc
+        self._slots.release()
+        ok = error is None and earlier_ok
+        if ok:
+            flight.acknowledged = True
+            if self._committer is None or self._committer.done():
+                self._committer = asyncio.create_task(self._commit_acknowledged())
+        else:
+            self._failed(error)
+        return ok
+
+    async def _commit_acknowledged(self) -> None:
+        """Commit the oldest acknowledged polls, several in one commit when they queued up
+        behind a slow one: a commit per poll would be a round trip per poll, in series."""
+        while self._flights and self._flights[0].acknowledged and self._failure is None:
+            ready = []
+            for flight in self._flights:
+                if not flight.acknowledged:
+                    break
+                ready.append(flight)
+            offsets = {tp: end for flight in ready for tp, (_, end) in flight.offsets.items()}  # later polls win
+            try:
+                if offsets:
+                    assert self.consumer is not None
+                    await self.consumer.commit(offsets)
+            except Exception as exc:
+                self._failed(exc)
+                return
+            for flight in ready:
+                self._flights.remove(flight)
+                self.stats["records"] += len(flight.steps) if flight.offsets else 0
+                flight.trace.__exit__(None, None, None)
+
+    def _failed(self, exc: BaseException | None) -> None:
+        """The first failure is logged (type and redacted text) and schedules the rewind."""
+        if self._failure is not None:
+            return
+        self._failure = exc or RuntimeError("poll failed")
+        log.error("a poll failed (%s): rewinding to the first uncommitted record", type(exc).__name__, exc_info=exc)
+        self._recovery = asyncio.get_running_loop().create_task(self._recover())
+
+    async def _recover(self) -> None:
+        async with self.lock:
+            if self._failure is not None:
+                await self._rewind()
+
+    async def _settle(self) -> None:
+        """Until every flight has completed (each waits for its predecessor, so the last one)
+        and the acknowledged ones are committed."""
+        if self._last is not None and self._last.done is not None:
+            await self._last.done
+        while self._committer is not None and not self._committer.done():
+            await self._committer
+
+    async def _rewind(self, extra: dict[TopicPartition, tuple[int, int]] | None = None, skip: set[TopicPartition] | None = None) -> None:
+        """With the lock held: seek every partition in flight back to its first uncommitted record
+        and drop its runs (the core advanced them in memory; they are restored from the journal)."""
+        await self._settle()
+        first: dict[TopicPartition, int] = {}
+        for offsets in [*(f.offsets for f in self._flights), extra or {}]:
+            for tp, (start, _) in offsets.items():
+                first[tp] = min(start, first.get(tp, start))
+        failure = self._failure or RuntimeError("rewound")
+        for flight in self._flights:  # their records come again: spans end in ERROR, nothing counted
+            flight.trace.__exit__(type(failure), failure, None)
+        self._flights.clear()
+        self._last = None  # the next poll starts a new chain: it must not wait on a failed one
+        self._failure = None
+        self.normalizer.forget_partitions({tp.partition for tp in first})
+        assigned = self.consumer.assignment() if self.consumer is not None else set()
+        for tp, offset in first.items():
+            if tp in assigned and tp not in (skip or ()):
+                self.consumer.seek(tp, offset)  # type: ignore[union-attr]
+                self._rewound[tp] = offset
+
+    def _fresh(self, records: Sequence[RawRecord]) -> Sequence[RawRecord]:
+        """Drop records fetched before a rewind: a rewound partition restarts at its offset."""
+        if not self._rewound:
+            return records
+        kept = []
+        for record in records:
+            tp = TopicPartition(topics.RAW, record.partition)
+            start = self._rewound.get(tp)
+            if start is not None:
+                if record.offset != start:
+                    continue
+                del self._rewound[tp]
+            kept.append(record)
+        return kept
+
+    # -- stepping ----------------------------------------------------------------------
+
     async def _journals_needed(self, routed: Sequence[DeadLetter | RunInput]) -> dict[RunKey, tuple[list[JournalEntry], bool]]:
-        """The journals of the runs this poll meets without holding them, in one round trip."""
-        runs = list(dict.fromkeys(i.run for i in routed if isinstance(i, RunInput) and self.normalizer.needs_restore(i)))
+        """The journals of the runs this poll meets without holding them, in one round trip.
+
+        Judged on each run's first record in the poll: the later ones are ahead of the run's
+        state only until the earlier ones are stepped (asking for them read — and decoded —
+        the whole journal of every run with two records in a poll, for nothing)."""
+        first: dict[RunKey, RunInput] = {}
+        for item in routed:
+            if isinstance(item, RunInput):
+                first.setdefault(item.run, item)
+        runs = [run for run, item in first.items() if self.normalizer.needs_restore(item)]
         return dict(zip(runs, await self.store.load_journals(runs), strict=True)) if runs else {}
 
     async def _step(self, routed: DeadLetter | RunInput, journals: dict[RunKey, tuple[list[JournalEntry], bool]]) -> Step:
@@ -112,17 +324,26 @@ class NormalizerWorker:
             log.debug("run %s: record skipped (%s)", routed.envelope.run_id, step.skipped)
         return step
 
-    async def _publish(self, steps: Sequence[Step]) -> None:
+    async def _send(self, steps: Sequence[Step]) -> list[asyncio.Future[Any]]:
+        """Queue every output with the producer, in order; the futures resolve on the broker's acks."""
         pending = []
         send = self.producer.send  # type: ignore[union-attr]
+        stats = self.stats
         for step in steps:
             for out in step.outbound:
-                pending.append(
-                    await send(out.topic, out.value, key=out.key, headers=[(k, v.encode()) for k, v in out.headers.items()])
-                )
-                self.stats["dead_letters" if out.topic == topics.DLQ else "events"] += 1
-        if pending:
-            await asyncio.gather(*pending)
+                pending.append(await send(out.topic, out.value, key=out.key, headers=[(k, v.encode()) for k, v in out.headers.items()]))
+                stats["dead_letters" if out.topic == topics.DLQ else "events"] += 1
+        return pending
+
+
+def _offsets(records: Sequence[RawRecord]) -> dict[TopicPartition, tuple[int, int]]:
+    """Per partition: the poll's first offset (to rewind to) and the offset to commit."""
+    offsets: dict[TopicPartition, tuple[int, int]] = {}
+    for record in records:
+        tp = TopicPartition(topics.RAW, record.partition)
+        first, end = offsets.get(tp, (record.offset, record.offset + 1))
+        offsets[tp] = (min(first, record.offset), max(end, record.offset + 1))
+    return offsets
 
 
 class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -177,12 +398,13 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         max_records=settings.max_batch,
         batch_timeout_ms=20,
         auto_offset_reset="earliest",
-        ack_policy=AckPolicy.NACK_ON_ERROR,
+        ack_policy=AckPolicy.MANUAL,  # the worker commits each poll itself, in order, once it is acknowledged
         listener=listener,
         decoder=_no_decode,
     )
     async def on_raw(body: Any, msg: KafkaMessage) -> None:
         raw = msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,)
+        worker.consumer = msg.consumer  # type: ignore[attr-defined]
         await worker.handle([_raw_record(r) for r in raw])
 
     expiry: dict[str, asyncio.Task[None]] = {}
@@ -213,6 +435,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         task = expiry.pop("task", None)
         if task is not None:
             task.cancel()
+        await worker.drain()  # the polls in flight commit (or fail) before the clients close
         await store.redis.aclose()
         if worker.producer is not None:
             await worker.producer.stop()

@@ -24,6 +24,8 @@ class WorkerSettings:
     """``RW_INACTIVITY_TIMEOUT_S``: a run with no input for this long is closed as interrupted."""
     max_batch: int = 200
     """``RW_MAX_BATCH``: raw records handled per poll (one Redis transaction, one commit)."""
+    max_in_flight: int = 4
+    """``RW_MAX_IN_FLIGHT``: polls whose writes may be in flight at once (pipelined, committed in order)."""
     policy_file: str | None = None
     """``RW_POLICY_FILE``: JSON retention/audience policy (contracts.policy.PolicyBook); default policy if unset."""
 
@@ -40,5 +42,6 @@ class WorkerSettings:
             journal_ttl_s=int(env.get("RW_JOURNAL_TTL_S", d.journal_ttl_s)),
             inactivity_timeout_s=float(env.get("RW_INACTIVITY_TIMEOUT_S", d.inactivity_timeout_s)),
             max_batch=int(env.get("RW_MAX_BATCH", d.max_batch)),
+            max_in_flight=int(env.get("RW_MAX_IN_FLIGHT", d.max_in_flight)),
             policy_file=env.get("RW_POLICY_FILE") or None,
         )

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conformance.oracle import SHARED_FIXTURES, assert_valid_stream, translate_file
 from tests.integration.conftest import Collector, send
-from workers.core.normalizer import Step
+from workers.core.normalizer import RawRecord, Step
 from workers.ingress import RunEnvelope, raw_records
 from workers.normalize import create_app
 from workers.settings import WorkerSettings
@@ -36,15 +36,15 @@ async def test_a_run_whose_end_failed_to_publish_is_finished_on_redelivery(prime
     telemetry = setup_telemetry(install_global=False, env={})
     app, worker = create_app(dataclasses.replace(primed_group, inactivity_timeout_s=120), telemetry)
     failed: list[int] = []
-    publish = worker._publish
+    worker_send = worker._send
 
-    async def fail_when_a_run_ends(steps: list[Step]) -> None:
+    async def fail_when_a_run_ends(steps: list[Step]) -> list[Any]:
         if not failed and any(s.run_ended and s.run and s.run.run_id == run.run_id for s in steps):
             failed.append(len(steps))
             raise BrokerOutage("publish failed after the store wrote the poll")
-        await publish(steps)
+        return await worker_send(steps)
 
-    worker._publish = fail_when_a_run_ends  # type: ignore[method-assign]
+    worker._send = fail_when_a_run_ends  # type: ignore[method-assign]
     try:
         await app.start()
         await send(producer, records)
@@ -58,3 +58,64 @@ async def test_a_run_whose_end_failed_to_publish_is_finished_on_redelivery(prime
     stream = c.stream(run.run_id)
     assert stream == translate_file(run.grammar, FIXTURE, run_id=run.run_id, thread_id=run.thread_id).events
     assert_valid_stream(stream)
+
+
+async def test_a_send_failing_while_a_poll_is_stepped_rewinds_and_loses_nothing(primed_group: WorkerSettings, producer: Any) -> None:
+    """The outputs of runs still open are sent while stepping: a failure there rewinds every
+    partition in flight to its first uncommitted record, and the redone poll publishes everything."""
+    run = RunEnvelope("openai-responses", f"early-{uuid.uuid4().hex[:8]}", f"thread-{uuid.uuid4().hex[:6]}", tenant="acme")
+    with FIXTURE.open() as f:
+        records = list(raw_records(run, read_events(f)))
+    telemetry = setup_telemetry(install_global=False, env={})
+    app, worker = create_app(dataclasses.replace(primed_group, inactivity_timeout_s=120), telemetry)
+    failed: list[int] = []
+    worker_send = worker._send
+
+    async def fail_mid_run(steps: list[Step]) -> list[Any]:
+        mine = [s for s in steps if s.run and s.run.run_id == run.run_id and s.outbound]
+        if not failed and mine and not any(s.run_ended for s in steps):
+            failed.append(len(mine))
+            raise BrokerOutage("send failed while stepping")
+        return await worker_send(steps)
+
+    worker._send = fail_mid_run  # type: ignore[method-assign]
+    try:
+        await app.start()
+        await send(producer, records)
+        async with Collector(primed_group.kafka_bootstrap_servers) as c:
+            await c.until(lambda c: bool(failed) and c.finished(run.run_id), timeout=90)
+            await asyncio.sleep(0.5)
+    finally:
+        await app.stop()
+        telemetry.log_guard.uninstall()
+    assert failed, "no send failed while stepping: the path under test did not run"
+    stream = c.stream(run.run_id)
+    assert stream == translate_file(run.grammar, FIXTURE, run_id=run.run_id, thread_id=run.thread_id).events
+    assert_valid_stream(stream)
+
+async def test_a_poll_reads_only_the_journals_of_runs_it_does_not_hold(primed_group: WorkerSettings) -> None:
+    """Several records of one run in a poll: its journal is read once when the run is new here,
+    and not at all while the worker holds it (judged on the run's first record in the poll)."""
+    run = RunEnvelope("openai-responses", f"journal-{uuid.uuid4().hex[:8]}", f"thread-{uuid.uuid4().hex[:6]}", tenant="acme")
+    with FIXTURE.open() as f:
+        records = [RawRecord(r.key, r.value, tuple(r.headers), 0, i) for i, r in enumerate(raw_records(run, read_events(f)))]
+    telemetry = setup_telemetry(install_global=False, env={})
+    _, worker = create_app(primed_group, telemetry)
+    reads: list[list[Any]] = []
+    load_journals = worker.store.load_journals
+
+    async def counted(runs: list[Any]) -> list[Any]:
+        reads.append(list(runs))
+        return await load_journals(runs)
+
+    worker.store.load_journals = counted  # type: ignore[method-assign]
+    try:
+        first_poll = [worker.normalizer.route(r) for r in records[:4]]
+        assert list(await worker._journals_needed(first_poll)) == [first_poll[0].run]  # type: ignore[union-attr]
+        for item in first_poll:
+            worker.normalizer.accept(item)  # type: ignore[arg-type]
+        assert await worker._journals_needed([worker.normalizer.route(r) for r in records[4:9]]) == {}
+        assert len(reads) == 1
+    finally:
+        await worker.store.redis.aclose()
+        telemetry.log_guard.uninstall()

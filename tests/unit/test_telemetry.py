@@ -378,6 +378,61 @@ def test_content_is_registered_before_the_store_can_quote_it_P8(telemetry: Any) 
         assert t.registry.contains(value) and t.registry.contains(reasoning[5:40])
 
 
+def test_without_exporters_a_batch_builds_no_span_but_still_registers_its_content_P8() -> None:
+    t = setup_telemetry(install_global=False, env={})
+    try:
+        traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()
+        assert not t.tracing and not t.metering
+        with traces.batch(records) as trace:
+            steps = _steps(normalizer, records)
+            trace.stepped(steps)
+        assert trace._headers is None and not traces.runs  # noqa: SLF001 - headers never read, no run span
+        [value] = [a.value for s in steps for a in s.artefacts]
+        reasoning = "".join(
+            e["delta"] for s in steps for o in s.outbound if o.topic == topics.EVENTS for e in [orjson.loads(o.value)] if e["type"] == "REASONING_MESSAGE_CONTENT"
+        )
+        assert t.registry.contains(value) and t.registry.contains(reasoning[-30:]) and t.registry.contains(reasoning[3:40])
+    finally:
+        t.log_guard.uninstall()
+        t.shutdown()
+
+
+def test_a_message_registered_per_poll_is_found_like_one_registered_per_delta_P8() -> None:
+    """stepped() joins a poll's deltas of one message: the slices are the ones per-delta registration makes."""
+    per_poll, per_delta = OpaqueRegistry(), OpaqueRegistry()
+    traces_a = NormalizerTelemetry(setup_telemetry(install_global=False, env={}), group_id="g")
+    try:
+        traces_a.telemetry.registry = per_poll
+        records = _records()
+        steps = _steps(Normalizer(), records)
+        for lo in range(0, len(steps), 4):  # polls of four records
+            with traces_a.batch(records[lo : lo + 4]) as trace:
+                trace.stepped(steps[lo : lo + 4])
+        for s in steps:
+            for o in s.outbound:
+                if o.topic != topics.EVENTS:
+                    continue
+                e = orjson.loads(o.value)
+                if e["type"] == "REASONING_MESSAGE_CONTENT":
+                    per_delta.add_stream(e["messageId"], e["delta"])
+                elif e["type"] == "REASONING_MESSAGE_END":
+                    per_delta.add_stream(e["messageId"], "", end=True)
+                elif e["type"] == "REASONING_ENCRYPTED_VALUE":
+                    per_delta.add(e["encryptedValue"])
+        for a in (a for s in steps for a in s.artefacts):
+            per_delta.add(a.value)
+        assert per_poll._slices.keys() == per_delta._slices.keys() and per_poll._needles == per_delta._needles  # noqa: SLF001
+    finally:
+        traces_a.telemetry.log_guard.uninstall()
+
+
+@given(st.text(max_size=80) | st.text(alphabet="'\"\\\n\t\x00\x7féa", max_size=20))
+def test_fast_bytes_rendering_matches_the_byte_table_P8(text: str) -> None:
+    from workers.telemetry.registry import _BYTE_REPR, _bytes_repr, _json_escaped
+
+    assert _bytes_repr(text) == "".join(_BYTE_REPR[b] for b in _json_escaped(text).encode("utf-8", "surrogatepass"))
+
+
 def test_revoked_partitions_end_their_run_spans_as_handed_over(telemetry: Any) -> None:
     t, spans, _ = telemetry
     traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()[:5]

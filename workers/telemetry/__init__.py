@@ -60,6 +60,16 @@ class Telemetry:
     log_guard: LogGuard
 
     @property
+    def tracing(self) -> bool:
+        """Whether any span is exported: without an exporter the worker builds no spans at all."""
+        return not isinstance(self.tracer_provider, trace.NoOpTracerProvider)
+
+    @property
+    def metering(self) -> bool:
+        """Whether any metric reader is installed: without one, data points are not even guarded."""
+        return not isinstance(self.meter_provider, metrics.NoOpMeterProvider)
+
+    @property
     def tracer(self) -> trace.Tracer:
         return self.tracer_provider.get_tracer(SCOPE)
 

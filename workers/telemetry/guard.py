@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.context import Context
-from opentelemetry.metrics import Counter
+from opentelemetry.metrics import Counter, NoOpCounter
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import Link, Status
 
@@ -165,9 +165,11 @@ class GuardedCounter:
     def __init__(self, counter: Counter, guard: ContentGuard) -> None:
         self.counter = counter
         self.guard = guard
+        self.live = not isinstance(counter, NoOpCounter)
+        """A no-op counter (no metric reader) drops every data point: nothing to guard."""
 
     def add(self, amount: int, attributes: Mapping[str, Any] | None = None) -> None:
-        if amount:
+        if amount and self.live:
             kept, _ = self.guard.attributes(attributes, METRIC_ATTRIBUTES)
             self.counter.add(amount, kept)
 

@@ -4,10 +4,11 @@ Theory of operation
 -------------------
 The worker calls one hook per moment of its life, and nothing else:
 
-* ``with telemetry.batch(records) as trace:`` around one poll, and
-  ``trace.stepped(steps)`` once the core has produced the batch's Steps (before
-  anything is written or published) — the expiry tick does the same with no
-  records;
+* ``telemetry.batch(records)`` when a poll starts (a context manager; the
+  pipelined worker enters it and exits it when the poll is committed or
+  failed), and ``trace.stepped(steps)`` once the core has produced the batch's
+  Steps (before anything is written or published) — the expiry tick does the
+  same with no records;
 * ``telemetry.forget(partitions)`` when partitions are revoked;
 * ``telemetry.shutdown()`` when the app stops.
 
@@ -17,12 +18,17 @@ over); its parent is the producer's context from the W3C ``traceparent`` /
 ``tracestate`` headers of that first record, so the run appears in the trace of
 the service that called the provider. A **record span** (``process
 reasoning.raw.v1``, kind CONSUMER) covers one raw record from the start of its
-poll to the batch's acknowledgement; its parent is the run span and it *links*
+poll to the batch's commit; its parent is the run span and it *links*
 to the record's own producer context. Usage, finish reason and latency land on
 the run span when the core reports the run ended; artefacts appear only as
 ``reasonwire.artefact`` span events with kind, subtype, size and a hash.
 
-Errors. A batch that raises (Redis or the broker failed; FastStream nacks and
+Cost. Nothing is built that nothing reads: without a trace exporter (the API's
+no-op tracer provider) no span is started and the headers are never decoded;
+without a metric reader no data point is built; a span a sampler dropped gets
+no attributes. Content is registered for the log guard in every case.
+
+Errors. A batch that fails (Redis or the broker failed; the worker rewinds and
 the poll is redelivered) ends its record spans with status ERROR, the
 exception's *type name* as description and ``error.type``; the exception
 itself is never recorded (its message may quote content). Metrics are counted
@@ -136,7 +142,8 @@ class _Outcome:
     events: dict[str, int] = field(default_factory=dict)
     unknown_events: dict[str, int] = field(default_factory=dict)
     """Warning code (``unknown_event``, ``unknown_delta``, …) → count."""
-    usage: UsageRecord | None = None
+    usage_json: bytes | None = None
+    """The run's usage record as published; parsed only for a recording run span."""
 
 
 class NormalizerTelemetry:
@@ -200,12 +207,16 @@ class NormalizerTelemetry:
             self._end_run(next(iter(self.runs)), "evicted")
         return run
 
-    def _end_run(self, key: tuple[str, str], outcome: str | None, usage: UsageRecord | None = None) -> None:
+    def _end_run(self, key: tuple[str, str], outcome: str | None, usage_json: bytes | None = None) -> None:
         run = self.runs.pop(key, None)
         if run is None:
             return
+        if not run.span.is_recording():
+            run.span.end()
+            return
         attributes: dict[str, Any] = {v.RW_RUN_RECORDS: run.records, v.RW_RUN_EVENTS: run.events}
-        if usage is not None:
+        if usage_json is not None:
+            usage = UsageRecord.model_validate_json(usage_json)
             outcome = usage.end
             attributes |= _usage_attributes(usage)
         if outcome is not None:
@@ -222,9 +233,16 @@ class BatchTrace:
     def __init__(self, owner: NormalizerTelemetry, records: Sequence[RawRecord]) -> None:
         self.owner = owner
         self.records = records
-        self.headers = [_Headers.of(r) for r in records]
+        self._headers: list[_Headers] | None = None
         self.steps: Sequence[Step] = ()
         self.started = time.time_ns()
+
+    @property
+    def headers(self) -> list[_Headers]:
+        """Read only when a span or a data point needs them (nothing records otherwise)."""
+        if self._headers is None:
+            self._headers = [_Headers.of(r) for r in self.records]
+        return self._headers
 
     def __enter__(self) -> BatchTrace:
         return self
@@ -234,14 +252,27 @@ class BatchTrace:
         content before the store or the broker can quote it in an exception."""
         self.steps = steps
         registry = self.owner.telemetry.registry
+        streams: dict[tuple[str, str | None], list[str]] = {}
+        """(topic, message id) → the poll's reasoning deltas of that message, in order."""
+        ended: list[tuple[str, str | None]] = []
+        seen: set[int] = set()
         for step in steps:
             for artefact in step.artefacts:
                 registry.add(artefact.value)
             for out in step.outbound:
-                if out.topic in _EVENT_TOPICS:
-                    _register_event(registry, out.topic, out.value)
+                if out.topic in _EVENT_TOPICS and id(out.value) not in seen:
+                    seen.add(id(out.value))  # both audiences share one blob when the filter kept it whole
+                    _collect_event(out.topic, out.value, registry, streams, ended)
+        for key, deltas in streams.items():  # one registry call per message per poll, not per delta
+            registry.add_stream(key, "".join(deltas), end=key in ended)
+        for key in ended:
+            if key not in streams:
+                registry.add_stream(key, "", end=True)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        telemetry = self.owner.telemetry
+        if not (telemetry.tracing or telemetry.metering):
+            return  # nothing exports spans or reads metrics: building them would be wasted work
         if exc is not None:
             self._failed(exc)
         elif self.records:
@@ -255,46 +286,52 @@ class BatchTrace:
 
     def _record_done(self, record: RawRecord, headers: _Headers, step: Step) -> None:
         owner = self.owner
+        tracing = owner.telemetry.tracing
         facts = _outcome(step, headers)
         run = None
-        if step.run is not None and (step.skipped is None or (step.run.tenant, step.run.run_id) in owner.runs):
+        if tracing and step.run is not None and (step.skipped is None or (step.run.tenant, step.run.run_id) in owner.runs):
             run = owner._run((step.run.tenant, step.run.run_id), headers, record.partition, self.started)
-        span = self._record_span(record, headers, run)
+        span = self._record_span(record, headers, run) if tracing else None
+        recording = span is not None and span.is_recording()
         provider = {v.GEN_AI_PROVIDER_NAME: headers.grammar.provider_name} if headers.grammar else {}
-        span.set_attributes(
-            _present({
-                v.RW_RECORD_OUTCOME: facts.outcome,
-                v.RW_DLQ_CAUSE: facts.cause,
-                v.RW_RECORD_EVENTS: sum(facts.events.values()),
-                v.RW_RECORD_ARTEFACTS: len(step.artefacts),
-                v.RW_RECORD_UNKNOWN_EVENTS: sum(facts.unknown_events.values()),
-            })
-        )
-        for artefact in step.artefacts:
-            described = artefact.describe()
-            span.add_event(
-                v.EVENT_ARTEFACT,
-                {
-                    v.RW_ARTEFACT_KIND: described["kind"],
-                    v.RW_ARTEFACT_SUBTYPE: described["subtype"],
-                    v.RW_ARTEFACT_BYTES: described["bytes"],
-                    v.RW_ARTEFACT_SHA256: described["sha256"],
-                    v.RW_ARTEFACT_COMPLETE: described["complete"],
-                },
+        if recording:
+            span.set_attributes(  # type: ignore[union-attr]
+                _present({
+                    v.RW_RECORD_OUTCOME: facts.outcome,
+                    v.RW_DLQ_CAUSE: facts.cause,
+                    v.RW_RECORD_EVENTS: sum(facts.events.values()),
+                    v.RW_RECORD_ARTEFACTS: len(step.artefacts),
+                    v.RW_RECORD_UNKNOWN_EVENTS: sum(facts.unknown_events.values()),
+                })
             )
-            kind = {**provider, v.RW_ARTEFACT_KIND: described["kind"]}
+        for artefact in step.artefacts:
+            if recording:
+                described = artefact.describe()
+                span.add_event(  # type: ignore[union-attr]
+                    v.EVENT_ARTEFACT,
+                    {
+                        v.RW_ARTEFACT_KIND: described["kind"],
+                        v.RW_ARTEFACT_SUBTYPE: described["subtype"],
+                        v.RW_ARTEFACT_BYTES: described["bytes"],
+                        v.RW_ARTEFACT_SHA256: described["sha256"],
+                        v.RW_ARTEFACT_COMPLETE: described["complete"],
+                    },
+                )
+            kind = {**provider, v.RW_ARTEFACT_KIND: artefact.kind}
             owner.artefacts.add(1, kind)
-            owner.artefact_bytes.add(described["bytes"], kind)
-        for warning in step.warnings:
-            span.add_event(v.EVENT_WARNING, {v.RW_WARNING_CODE: warning.code, v.RW_WARNING_LINE: warning.line})
-        span.end()
+            owner.artefact_bytes.add(len(artefact.value.encode()), kind)
+        if recording:
+            for warning in step.warnings:
+                span.add_event(v.EVENT_WARNING, {v.RW_WARNING_CODE: warning.code, v.RW_WARNING_LINE: warning.line})  # type: ignore[union-attr]
+        if span is not None:
+            span.end()
         owner.records.add(1, {**provider, v.RW_RECORD_OUTCOME: facts.outcome})
         self._count(facts, provider)
         if run is not None:
             run.records += 1
             run.events += sum(facts.events.values())
             if step.run_ended and step.run is not None:
-                owner._end_run((step.run.tenant, step.run.run_id), None, facts.usage)
+                owner._end_run((step.run.tenant, step.run.run_id), None, facts.usage_json)
 
     def _expired(self, step: Step) -> None:
         if step.run is None:
@@ -307,10 +344,12 @@ class BatchTrace:
         if run is not None:
             run.events += sum(facts.events.values())
         if step.run_ended:
-            self.owner._end_run(key, "interrupted", facts.usage)
+            self.owner._end_run(key, "interrupted", facts.usage_json)
 
     def _failed(self, exc: BaseException) -> None:
         """The batch raised: record spans end in ERROR with the exception's type only."""
+        if not self.owner.telemetry.tracing:
+            return
         error_type = f"{type(exc).__module__}.{type(exc).__name__}"
         for record, headers in zip(self.records, self.headers, strict=True):
             key = (headers.tenant, headers.run_id) if headers.run_id else None
@@ -358,13 +397,13 @@ class BatchTrace:
 
 def _outcome(step: Step, headers: _Headers | None) -> _Outcome:
     events: dict[str, int] = {}
-    usage = None
+    usage: bytes | None = None
     dead_lettered = False
     for out in step.outbound:
         if out.topic == topics.DLQ:
             dead_lettered = True
         elif out.topic == topics.USAGE:
-            usage = UsageRecord.model_validate_json(out.value)
+            usage = out.value
         else:
             events[out.topic] = events.get(out.topic, 0) + 1
     unknown: dict[str, int] = {}
@@ -400,8 +439,13 @@ def _usage_attributes(usage: UsageRecord) -> dict[str, Any]:
     })
 
 
-def _register_event(registry: Any, topic: str, value: bytes) -> None:
-    """Readable reasoning and encrypted values of an outgoing AG-UI event, into the registry."""
+def _collect_event(
+    topic: str, value: bytes, registry: Any, streams: dict[tuple[str, str | None], list[str]], ended: list[tuple[str, str | None]]
+) -> None:
+    """Readable reasoning and encrypted values of an outgoing AG-UI event: encrypted values into
+    the registry, reasoning deltas and ends into ``streams`` / ``ended`` (registered per message).
+
+    Only events whose bytes name a reasoning type are parsed; the rest are skipped by a byte search."""
     is_text = any(marker in value for marker in _REASONING_TEXT)
     if not (is_text or _REASONING_END in value or _ENCRYPTED_VALUE in value):
         return
@@ -413,9 +457,9 @@ def _register_event(registry: Any, topic: str, value: bytes) -> None:
     if kind == "REASONING_ENCRYPTED_VALUE":
         registry.add(event.get("encryptedValue", ""))
     elif kind in ("REASONING_MESSAGE_CONTENT", "REASONING_MESSAGE_CHUNK"):
-        registry.add_stream((topic, event.get("messageId")), event.get("delta") or "")
+        streams.setdefault((topic, event.get("messageId")), []).append(event.get("delta") or "")
     elif kind == "REASONING_MESSAGE_END":
-        registry.add_stream((topic, event.get("messageId")), "", end=True)
+        ended.append((topic, event.get("messageId")))
 
 
 def _present(attributes: dict[str, Any]) -> dict[str, Any]:

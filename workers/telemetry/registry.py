@@ -62,8 +62,13 @@ def _json_escaped(text: str) -> str:
 
 
 def _bytes_repr(text: str) -> str:
-    """How ``repr(b'...')`` shows this text's UTF-8 JSON form (single-quoted: JSON contains ``"``)."""
-    return "".join(_BYTE_REPR[b] for b in _json_escaped(text).encode("utf-8", "surrogatepass"))
+    """How ``repr(b'...')`` shows this text's UTF-8 JSON form (single-quoted: JSON contains ``"``).
+
+    CPython's own ``bytes.__repr__`` (C) escapes exactly like the table below; it picks double
+    quotes only for bytes with a ``'`` and no ``"``, whose ``'`` then needs the escape the
+    single-quoted form has. ``_BYTE_REPR`` stays as the definition (tests compare)."""
+    body = repr(_json_escaped(text).encode("utf-8", "surrogatepass"))
+    return body[2:-1] if body[1] == "'" else body[2:-1].replace("'", "\\'")
 
 
 RENDERINGS: tuple[Callable[[str], str], ...] = (str, _json_escaped, _bytes_repr)
