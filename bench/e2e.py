@@ -148,7 +148,7 @@ def _event_sources(records: Sequence[Record]) -> dict[tuple[str, int], int]:
         step = normalizer.accept(routed)  # type: ignore[arg-type]
         for out in step.outbound:
             if out.topic == topics.EVENTS:
-                mapping[(rec.run_id, int(out.headers[HEADER_EVENT_SEQ]))] = index
+                mapping[(rec.run_id, int(out.header(HEADER_EVENT_SEQ) or -1))] = index
     return mapping
 
 

@@ -331,7 +331,7 @@ class NormalizerWorker:
         stats = self.stats
         for step in steps:
             for out in step.outbound:
-                pending.append(await send(out.topic, out.value, key=out.key, headers=[(k, v.encode()) for k, v in out.headers.items()]))
+                pending.append(await send(out.topic, out.value, key=out.key, headers=out.headers))
                 stats["dead_letters" if out.topic == topics.DLQ else "events"] += 1
         return pending
 

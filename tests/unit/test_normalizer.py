@@ -8,7 +8,7 @@ import json
 from contracts import topics
 from contracts.envelope import Control
 from tests.conformance.oracle import SHARED_FIXTURES, assert_valid_stream
-from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, Step
+from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, Step, dead_letter
 from workers.ingress import RunEnvelope, raw_records
 from workers.sse import read_events
 
@@ -32,7 +32,7 @@ def _run_all(n: Normalizer, records: list[RawRecord]) -> list[Step]:
 
 def _events(steps: list[Step]) -> list[tuple[int, dict]]:
     return [
-        (int(o.headers["rw-event-seq"]), json.loads(o.value))
+        (int(o.header("rw-event-seq") or -1), json.loads(o.value))
         for s in steps
         for o in s.outbound
         if o.topic == topics.EVENTS
@@ -69,13 +69,26 @@ def test_bad_headers_are_dead_lettered_with_their_bytes_and_reason() -> None:
     assert isinstance(mismatch, DeadLetter) and "key differs" in mismatch.reason
 
 
+def test_a_dead_letter_keeps_every_original_header_byte_for_byte() -> None:
+    good = _records()[0]
+    foreign = (("x-ingress-trace", b"\xff\xfe not utf-8"), ("rw-dlq-reason", b"forged by the producer"))
+    record = RawRecord(good.key, good.value, tuple(h for h in good.headers if h[0] != "rw-provider") + foreign)
+    routed = Normalizer().route(record)
+    assert isinstance(routed, DeadLetter)
+    out = dead_letter(routed)
+    assert out.topic == topics.DLQ and out.value == good.value and out.key == good.key
+    kept = [h for h in out.headers if h[0] != "rw-dlq-reason"]
+    assert kept == [h for h in record.headers if h[0] != "rw-dlq-reason"]  # order and bytes as consumed
+    assert [v for k, v in out.headers if k == "rw-dlq-reason"] == [b"missing header rw-provider"]  # ours, once
+
+
 def test_malformed_event_ends_the_run_and_is_dead_lettered_R7() -> None:
     records = _records()
     records[3] = RawRecord(records[3].key, b"{broken", records[3].headers)
     steps = _run_all(Normalizer(), records[:4])
     [dlq] = [o for o in steps[3].outbound if o.topic == topics.DLQ]
-    assert dlq.value == b"{broken" and "line 4" in dlq.headers["rw-dlq-reason"]
-    assert dlq.headers["rw-run-id"] == "run-1"
+    assert dlq.value == b"{broken" and "line 4" in (dlq.header("rw-dlq-reason") or "")
+    assert dlq.header("rw-run-id") == "run-1"
     assert _events(steps)[-1][1]["type"] == "RUN_ERROR"
     assert steps[3].run_ended
 

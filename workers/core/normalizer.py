@@ -73,13 +73,25 @@ class RawRecord:
     offset: int = -1
 
 
+KafkaHeaders = list[tuple[str, bytes]]
+
+
 class Outbound(NamedTuple):
     """A record to publish (a tuple: one is built per output event)."""
 
     topic: str
     key: bytes | None
     value: bytes
-    headers: dict[str, str]
+    headers: KafkaHeaders
+    """As the Kafka client takes them, encoded once: a run's common headers are
+    encoded when the run starts, not per record."""
+
+    def header(self, name: str) -> str | None:
+        """One header's value, decoded (for readers; the adapter sends ``headers`` as is)."""
+        for key, value in self.headers:
+            if key == name:
+                return value.decode("utf-8", "replace")
+        return None
 
 
 class RunKey(NamedTuple):
@@ -137,8 +149,8 @@ class _RunState:
     policy: RetentionPolicy
     trusted: AudienceFilter
     public: AudienceFilter
-    base_headers: dict[str, str]
-    """The headers every output of the run carries (built once per run)."""
+    base_headers: KafkaHeaders
+    """The headers every output of the run carries (encoded once per run)."""
     next_seq: int = 0
     event_seq: int = 0
     public_seq: int = 0
@@ -269,12 +281,12 @@ class Normalizer:
             policy,
             trusted=AudienceFilter(policy.rule(Audience.TRUSTED)),
             public=AudienceFilter(policy.rule(Audience.PUBLIC)),
-            base_headers={
-                HEADER_RUN_ID: env.run_id,
-                HEADER_THREAD_ID: env.thread_id,
-                HEADER_TENANT: env.tenant,
-                HEADER_PROVIDER: env.grammar,
-            },
+            base_headers=[
+                (HEADER_RUN_ID, env.run_id.encode()),
+                (HEADER_THREAD_ID, env.thread_id.encode()),
+                (HEADER_TENANT, env.tenant.encode()),
+                (HEADER_PROVIDER, env.grammar.encode()),
+            ],
             last_seen=time.monotonic(),
         )
 
@@ -312,21 +324,23 @@ class Normalizer:
         if state.translator.ended:
             self._end(state, step, base)
 
-    def _end(self, state: _RunState, step: Step, headers: dict[str, str]) -> None:
+    def _end(self, state: _RunState, step: Step, headers: KafkaHeaders) -> None:
         env = state.envelope
         usage = state.translator.usage_record(tenant=env.tenant)
         for problem in usage.tokens.inconsistencies():
             step.warnings.append(TranslatorWarning("usage_inconsistent", problem, state.translator.line))
         if state.policy.publish_usage:
-            step.outbound.append(Outbound(topics.USAGE, env.run_id.encode(), record_json(usage), dict(headers)))
+            step.outbound.append(Outbound(topics.USAGE, env.run_id.encode(), record_json(usage), list(headers)))
         step.run_ended = True
         self._runs.pop(RunKey(env.tenant, env.run_id), None)
         self._mark_ended(RunKey(env.tenant, env.run_id))
 
 
-def _event_record(topic: str, key: bytes, blob: bytes, base: dict[str, str], seq: int) -> Outbound:
-    headers = {**base, HEADER_EVENT_SEQ: str(seq), "content-type": "application/json"}
-    return Outbound(topic, key, blob, headers)
+_JSON = ("content-type", b"application/json")
+
+
+def _event_record(topic: str, key: bytes, blob: bytes, base: KafkaHeaders, seq: int) -> Outbound:
+    return Outbound(topic, key, blob, [*base, (HEADER_EVENT_SEQ, str(seq).encode()), _JSON])
 
 
 def dead_letter(item: DeadLetter) -> Outbound:
@@ -335,6 +349,7 @@ def dead_letter(item: DeadLetter) -> Outbound:
 
 
 def _dead_letter(record: RawRecord, reason: str) -> Outbound:
-    headers = {name: value.decode("utf-8", "replace") for name, value in record.headers}
-    headers[HEADER_REASON] = reason
+    """The original headers byte for byte (even ones that are not UTF-8), plus the reason."""
+    headers = [(name, value) for name, value in record.headers if name != HEADER_REASON]
+    headers.append((HEADER_REASON, reason.encode()))
     return Outbound(topics.DLQ, record.key, record.value or b"", headers)
