@@ -85,19 +85,23 @@ def run_error(message: str, code: str, *, usage: dict[str, Any] | None, metadata
     return event
 
 
-def reasoning_start(message_id: str) -> WireEvent:
-    return {"type": "REASONING_START", "messageId": message_id}
-
-
-def reasoning_end(message_id: str, metadata: dict[str, Any] | None) -> WireEvent:
-    event = _with_meta("REASONING_END", metadata)
-    event["messageId"] = message_id
+def _unit(kind: str, id_field: str, ident: str, metadata: dict[str, Any] | None = None) -> WireEvent:
+    """Lifecycle events of a span, message or tool call: base fields, then the unit's id."""
+    event = _with_meta(kind, metadata)
+    event[id_field] = ident
     return event
 
 
+def reasoning_start(message_id: str) -> WireEvent:
+    return _unit("REASONING_START", "messageId", message_id)
+
+
+def reasoning_end(message_id: str, metadata: dict[str, Any] | None) -> WireEvent:
+    return _unit("REASONING_END", "messageId", message_id, metadata)
+
+
 def reasoning_message_start(message_id: str, metadata: dict[str, Any] | None) -> WireEvent:
-    event = _with_meta("REASONING_MESSAGE_START", metadata)
-    event["messageId"] = message_id
+    event = _unit("REASONING_MESSAGE_START", "messageId", message_id, metadata)
     event["role"] = "reasoning"
     return event
 
@@ -107,9 +111,7 @@ def reasoning_message_content(message_id: str, delta: str) -> WireEvent:
 
 
 def reasoning_message_end(message_id: str, metadata: dict[str, Any] | None) -> WireEvent:
-    event = _with_meta("REASONING_MESSAGE_END", metadata)
-    event["messageId"] = message_id
-    return event
+    return _unit("REASONING_MESSAGE_END", "messageId", message_id, metadata)
 
 
 def reasoning_encrypted_value(subtype: str, entity_id: str, value: str) -> WireEvent:
@@ -117,8 +119,7 @@ def reasoning_encrypted_value(subtype: str, entity_id: str, value: str) -> WireE
 
 
 def text_message_start(message_id: str, metadata: dict[str, Any] | None) -> WireEvent:
-    event = _with_meta("TEXT_MESSAGE_START", metadata)
-    event["messageId"] = message_id
+    event = _unit("TEXT_MESSAGE_START", "messageId", message_id, metadata)
     event["role"] = "assistant"
     return event
 
@@ -128,16 +129,13 @@ def text_message_content(message_id: str, delta: str) -> WireEvent:
 
 
 def text_message_end(message_id: str, metadata: dict[str, Any] | None) -> WireEvent:
-    event = _with_meta("TEXT_MESSAGE_END", metadata)
-    event["messageId"] = message_id
-    return event
+    return _unit("TEXT_MESSAGE_END", "messageId", message_id, metadata)
 
 
 def tool_call_start(
     tool_call_id: str, name: str, parent_message_id: str | None, metadata: dict[str, Any] | None
 ) -> WireEvent:
-    event = _with_meta("TOOL_CALL_START", metadata)
-    event["toolCallId"] = tool_call_id
+    event = _unit("TOOL_CALL_START", "toolCallId", tool_call_id, metadata)
     event["toolCallName"] = name
     if parent_message_id is not None:
         event["parentMessageId"] = parent_message_id
@@ -149,9 +147,7 @@ def tool_call_args(tool_call_id: str, delta: str) -> WireEvent:
 
 
 def tool_call_end(tool_call_id: str, metadata: dict[str, Any] | None) -> WireEvent:
-    event = _with_meta("TOOL_CALL_END", metadata)
-    event["toolCallId"] = tool_call_id
-    return event
+    return _unit("TOOL_CALL_END", "toolCallId", tool_call_id, metadata)
 
 
 _USAGE_FIELDS = (
