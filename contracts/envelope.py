@@ -5,6 +5,7 @@ provider event per record); everything reasonwire needs to route and attribute i
 travels in headers so the value is never re-encoded. Header values are UTF-8.
 """
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Final, NamedTuple
 
@@ -85,7 +86,7 @@ class EnvelopeError(ValueError):
 DEFAULT_TENANT: Final = "default"
 
 
-def read_envelope(headers: dict[str, bytes], known_grammars: frozenset[str]) -> RawEnvelope:
+def read_envelope(headers: Mapping[str, bytes | None], known_grammars: frozenset[str]) -> RawEnvelope:
     """Validate a raw record's headers at the boundary (contract ``reasoning.raw.v1``).
 
     Required: ``rw-provider`` naming a known grammar, ``rw-run-id``, ``rw-seq`` (a
@@ -93,7 +94,7 @@ def read_envelope(headers: dict[str, bytes], known_grammars: frozenset[str]) -> 
     to ``default``.
     """
 
-    ours = [(name, headers[name]) for name in _ENVELOPE_HEADERS if headers.get(name)]
+    ours: list[tuple[str, bytes]] = [(name, value) for name in _ENVELOPE_HEADERS if (value := headers.get(name))]
     try:  # one pass over our headers (others are not ours to judge): this runs for every raw record
         decoded = {name: value.decode("utf-8") for name, value in ours}
     except UnicodeDecodeError:

@@ -493,13 +493,8 @@ async def _no_decode(msg: Any) -> None:
 
 
 def _raw_record(record: Any) -> RawRecord:
-    return RawRecord(
-        key=record.key,
-        value=record.value,
-        headers=tuple((name, value or b"") for name, value in (record.headers or ())),
-        partition=record.partition,
-        offset=record.offset,
-    )
+    """The consumed record as the core takes it; headers as aiokafka gives them (not copied)."""
+    return RawRecord(record.key, record.value, record.headers or (), record.partition, record.offset)
 
 
 def run(settings: WorkerSettings | None = None) -> None:

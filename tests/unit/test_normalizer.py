@@ -71,7 +71,11 @@ def test_bad_headers_are_dead_lettered_with_their_bytes_and_reason() -> None:
 
 def test_a_dead_letter_keeps_every_original_header_byte_for_byte() -> None:
     good = _records()[0]
-    foreign = (("x-ingress-trace", b"\xff\xfe not utf-8"), ("rw-dlq-reason", b"forged by the producer"))
+    foreign = (
+        ("x-ingress-trace", b"\xff\xfe not utf-8"),
+        ("x-valueless", None),  # Kafka headers may have no value; aiokafka hands them over as None
+        ("rw-dlq-reason", b"forged by the producer"),
+    )
     record = RawRecord(good.key, good.value, tuple(h for h in good.headers if h[0] != "rw-provider") + foreign)
     routed = Normalizer().route(record)
     assert isinstance(routed, DeadLetter)
@@ -80,6 +84,13 @@ def test_a_dead_letter_keeps_every_original_header_byte_for_byte() -> None:
     kept = [h for h in out.headers if h[0] != "rw-dlq-reason"]
     assert kept == [h for h in record.headers if h[0] != "rw-dlq-reason"]  # order and bytes as consumed
     assert [v for k, v in out.headers if k == "rw-dlq-reason"] == [b"missing header rw-provider"]  # ours, once
+
+
+def test_a_valueless_header_is_read_as_absent() -> None:
+    good = _records()[0]
+    record = RawRecord(good.key, good.value, (*good.headers, ("rw-model", None), ("x-valueless", None)))
+    routed = Normalizer().route(record)
+    assert isinstance(routed, RunInput) and routed.envelope.model is None
 
 
 def test_malformed_event_ends_the_run_and_is_dead_lettered_R7() -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -62,18 +62,18 @@ _ENDED_MEMORY = 10_000
 """How many ended runs a worker remembers locally; older ones are found in the store."""
 
 
-@dataclass(frozen=True)
-class RawRecord:
-    """One record from ``reasoning.raw.v1``, bytes as consumed."""
+class RawRecord(NamedTuple):
+    """One record from ``reasoning.raw.v1``, bytes as consumed (a tuple: one per raw record)."""
 
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
+    headers: Sequence[tuple[str, bytes | None]]
+    """As the Kafka client hands them over (a header's value may be absent)."""
     partition: int = 0
     offset: int = -1
 
 
-KafkaHeaders = list[tuple[str, bytes]]
+KafkaHeaders = list[tuple[str, bytes | None]]
 
 
 class Outbound(NamedTuple):
@@ -90,7 +90,7 @@ class Outbound(NamedTuple):
         """One header's value, decoded (for readers; the adapter sends ``headers`` as is)."""
         for key, value in self.headers:
             if key == name:
-                return value.decode("utf-8", "replace")
+                return value.decode("utf-8", "replace") if value is not None else None
         return None
 
 
