@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,10 +28,15 @@ class BrokerOutage(Exception):
     pass
 
 
-async def test_a_run_whose_end_failed_to_publish_is_finished_on_redelivery(primed_group: WorkerSettings, producer: Any) -> None:
-    """The store wrote the poll, then publishing failed: the retry must still publish RUN_FINISHED
-    (the ended marker is written only after publishing, so the run is rebuilt from its journal)."""
-    run = RunEnvelope("openai-responses", f"delivery-{uuid.uuid4().hex[:8]}", f"thread-{uuid.uuid4().hex[:6]}", tenant="acme")
+FailWhen = Callable[[RunEnvelope, list[Step]], bool]
+
+
+async def _stream_with_one_failed_send(
+    primed_group: WorkerSettings, producer: Any, prefix: str, fail_when: FailWhen, outage: str
+) -> tuple[RunEnvelope, list[dict[str, Any]]]:
+    """Publish one run through a worker whose first send matching ``fail_when`` raises;
+    returns the run and the stream a consumer sees once the run has finished."""
+    run = RunEnvelope("openai-responses", f"{prefix}-{uuid.uuid4().hex[:8]}", f"thread-{uuid.uuid4().hex[:6]}", tenant="acme")
     with FIXTURE.open() as f:
         records = list(raw_records(run, read_events(f)))
     telemetry = setup_telemetry(install_global=False, env={})
@@ -38,13 +44,13 @@ async def test_a_run_whose_end_failed_to_publish_is_finished_on_redelivery(prime
     failed: list[int] = []
     worker_send = worker._send
 
-    async def fail_when_a_run_ends(steps: list[Step]) -> list[Any]:
-        if not failed and any(s.run_ended and s.run and s.run.run_id == run.run_id for s in steps):
+    async def failing_send(steps: list[Step]) -> list[Any]:
+        if not failed and fail_when(run, steps):
             failed.append(len(steps))
-            raise BrokerOutage("publish failed after the store wrote the poll")
+            raise BrokerOutage(outage)
         return await worker_send(steps)
 
-    worker._send = fail_when_a_run_ends  # type: ignore[method-assign]
+    worker._send = failing_send  # type: ignore[method-assign]
     try:
         await app.start()
         await send(producer, records)
@@ -54,8 +60,25 @@ async def test_a_run_whose_end_failed_to_publish_is_finished_on_redelivery(prime
     finally:
         await app.stop()
         telemetry.log_guard.uninstall()
-    assert failed, "publishing never failed: the path under test did not run"
-    stream = c.stream(run.run_id)
+    assert failed, "no send failed: the path under test did not run"
+    return run, c.stream(run.run_id)
+
+
+def _ends_the_run(run: RunEnvelope, steps: list[Step]) -> bool:
+    return any(s.run_ended and s.run and s.run.run_id == run.run_id for s in steps)
+
+
+def _mid_run(run: RunEnvelope, steps: list[Step]) -> bool:
+    mine = [s for s in steps if s.run and s.run.run_id == run.run_id and s.outbound]
+    return bool(mine) and not any(s.run_ended for s in steps)
+
+
+async def test_a_run_whose_end_failed_to_publish_is_finished_on_redelivery(primed_group: WorkerSettings, producer: Any) -> None:
+    """The store wrote the poll, then publishing failed: the retry must still publish RUN_FINISHED
+    (the ended marker is written only after publishing, so the run is rebuilt from its journal)."""
+    run, stream = await _stream_with_one_failed_send(
+        primed_group, producer, "delivery", _ends_the_run, "publish failed after the store wrote the poll"
+    )
     assert stream == translate_file(run.grammar, FIXTURE, run_id=run.run_id, thread_id=run.thread_id).events
     assert_valid_stream(stream)
 
@@ -63,35 +86,10 @@ async def test_a_run_whose_end_failed_to_publish_is_finished_on_redelivery(prime
 async def test_a_send_failing_while_a_poll_is_stepped_rewinds_and_loses_nothing(primed_group: WorkerSettings, producer: Any) -> None:
     """The outputs of runs still open are sent while stepping: a failure there rewinds every
     partition in flight to its first uncommitted record, and the redone poll publishes everything."""
-    run = RunEnvelope("openai-responses", f"early-{uuid.uuid4().hex[:8]}", f"thread-{uuid.uuid4().hex[:6]}", tenant="acme")
-    with FIXTURE.open() as f:
-        records = list(raw_records(run, read_events(f)))
-    telemetry = setup_telemetry(install_global=False, env={})
-    app, worker = create_app(dataclasses.replace(primed_group, inactivity_timeout_s=120), telemetry)
-    failed: list[int] = []
-    worker_send = worker._send
-
-    async def fail_mid_run(steps: list[Step]) -> list[Any]:
-        mine = [s for s in steps if s.run and s.run.run_id == run.run_id and s.outbound]
-        if not failed and mine and not any(s.run_ended for s in steps):
-            failed.append(len(mine))
-            raise BrokerOutage("send failed while stepping")
-        return await worker_send(steps)
-
-    worker._send = fail_mid_run  # type: ignore[method-assign]
-    try:
-        await app.start()
-        await send(producer, records)
-        async with Collector(primed_group.kafka_bootstrap_servers) as c:
-            await c.until(lambda c: bool(failed) and c.finished(run.run_id), timeout=90)
-            await asyncio.sleep(0.5)
-    finally:
-        await app.stop()
-        telemetry.log_guard.uninstall()
-    assert failed, "no send failed while stepping: the path under test did not run"
-    stream = c.stream(run.run_id)
+    run, stream = await _stream_with_one_failed_send(primed_group, producer, "early", _mid_run, "send failed while stepping")
     assert stream == translate_file(run.grammar, FIXTURE, run_id=run.run_id, thread_id=run.thread_id).events
     assert_valid_stream(stream)
+
 
 async def test_a_poll_reads_only_the_journals_of_runs_it_does_not_hold(primed_group: WorkerSettings) -> None:
     """Several records of one run in a poll: its journal is read once when the run is new here,
