@@ -100,13 +100,18 @@ def reasoning_end(message_id: str, metadata: dict[str, Any] | None) -> WireEvent
     return _unit("REASONING_END", "messageId", message_id, metadata)
 
 
-def reasoning_message_start(message_id: str, metadata: dict[str, Any] | None) -> WireEvent:
-    event = _unit("REASONING_MESSAGE_START", "messageId", message_id, metadata)
-    event["role"] = "reasoning"
+def _message_start(kind: str, role: str, message_id: str, metadata: dict[str, Any] | None) -> WireEvent:
+    event = _unit(kind, "messageId", message_id, metadata)
+    event["role"] = role
     return event
 
 
+def reasoning_message_start(message_id: str, metadata: dict[str, Any] | None) -> WireEvent:
+    return _message_start("REASONING_MESSAGE_START", "reasoning", message_id, metadata)
+
+
 def reasoning_message_content(message_id: str, delta: str) -> WireEvent:
+    # content events are the hot path (one per delta): a literal, no helper call
     return {"type": "REASONING_MESSAGE_CONTENT", "messageId": message_id, "delta": delta}
 
 
@@ -119,9 +124,7 @@ def reasoning_encrypted_value(subtype: str, entity_id: str, value: str) -> WireE
 
 
 def text_message_start(message_id: str, metadata: dict[str, Any] | None) -> WireEvent:
-    event = _unit("TEXT_MESSAGE_START", "messageId", message_id, metadata)
-    event["role"] = "assistant"
-    return event
+    return _message_start("TEXT_MESSAGE_START", "assistant", message_id, metadata)
 
 
 def text_message_content(message_id: str, delta: str) -> WireEvent:
