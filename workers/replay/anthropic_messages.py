@@ -66,7 +66,7 @@ class AnthropicMessagesReplay(ReplayBuilder):
 
 def _blocks(unit: Reasoning | Text | Call) -> list[dict[str, Any]]:
     if isinstance(unit, Reasoning):
-        return [record.provider_block() for record in unit.artefacts]
+        return unit.provider_blocks()
     if isinstance(unit, Text):
         return [_text(unit.text)] if unit.text else []
     return [{"type": "tool_use", "id": unit.call.id, "name": unit.name, "input": unit.arguments}]

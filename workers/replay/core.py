@@ -369,6 +369,10 @@ class Unit:
     excluded: list[Exclusion]
     client_value: bool
 
+    def provider_blocks(self) -> list[dict[str, Any]]:
+        """The unit's artefacts as the provider-native blocks they came in, values put back."""
+        return [record.provider_block() for record in self.artefacts]
+
 
 @dataclass
 class Reasoning(Unit):

@@ -98,7 +98,7 @@ class GeminiGenerateContentReplay(ReplayBuilder):
             elif isinstance(unit, Text):
                 parts += _text_parts(unit.text, unit, thought=False)
             elif unit.artefacts:
-                parts += [record.provider_block() for record in unit.artefacts]
+                parts += unit.provider_blocks()
             else:
                 call: dict[str, Any] = {"name": unit.name, "args": unit.arguments}
                 if unit.call.id not in minted:

@@ -60,7 +60,7 @@ class GeminiInteractionsReplay(ReplayBuilder):
 
 def _steps(unit: Reasoning | Text | Call) -> list[dict[str, Any]]:
     if isinstance(unit, Reasoning):
-        return [record.provider_block() for record in unit.artefacts]
+        return unit.provider_blocks()
     if isinstance(unit, Text):
         return [{"type": "model_output", "content": [{"type": "text", "text": unit.text}]}] if unit.text else []
     return [{"type": "function_call", "id": unit.call.id, "name": unit.name, "arguments": unit.arguments}]
