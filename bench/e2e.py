@@ -10,8 +10,11 @@ closed by its ``end`` control record):
   (FastStream, translators, Redis journal + artefacts, AG-UI events out), on
   topics renamed with a per-measurement prefix so nothing else on the broker
   sees them (see ``bench.worker_main``); kind ``worker`` is the worker as
-  shipped, kind ``worker-no-telemetry`` the same with ``workers.telemetry``
-  replaced by a null object;
+  shipped (OTel SDK and guards on, no exporter configured), kind
+  ``worker-exporting`` the same exporting every span and metric (OTel's console
+  exporter, into the process log), ``worker-exporting-sampled`` the same with
+  1 % of runs traced (``parentbased_traceidratio``), kind ``worker-no-telemetry`` the same with
+  ``workers.telemetry`` replaced by a null object;
 * the **passthrough** — ``python -m bench.passthrough``: bare aiokafka, same
   group semantics, batch size, poll timeout, producer acks and linger; it
   re-publishes each record unchanged and commits;
@@ -198,9 +201,14 @@ class Consumer:
     """A worker or passthrough OS process with its log."""
 
     def __init__(self, kind: str, stage: Stage, log: Path) -> None:
-        telemetry, pipelined = "on", "0"
+        telemetry, pipelined, exporter, sampler = "on", "0", "none", {}
         if kind == "worker-no-telemetry":
             kind, telemetry = "worker", "off"
+        if kind == "worker-exporting":  # spans and metrics exported (console exporter, into the log file)
+            kind, exporter = "worker", "console"
+        if kind == "worker-exporting-sampled":  # the same, 1 % of runs traced (the SDK's standard sampler settings)
+            kind, exporter = "worker", "console"
+            sampler = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"}
         if kind == "passthrough-pipelined":
             kind, pipelined = "passthrough", "1"
         env = {
@@ -217,9 +225,10 @@ class Consumer:
             "RW_INACTIVITY_TIMEOUT_S": "300",
             "RW_BENCH_TELEMETRY": telemetry,
             "RW_BENCH_PIPELINED": pipelined,
-            "OTEL_TRACES_EXPORTER": "none",
-            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_TRACES_EXPORTER": exporter,
+            "OTEL_METRICS_EXPORTER": exporter,
             "OTEL_LOGS_EXPORTER": "none",
+            **sampler,
         }
         module = {"worker": "bench.worker_main", "faststream-passthrough": "bench.faststream_passthrough"}.get(kind, "bench.passthrough")
         self.log = log

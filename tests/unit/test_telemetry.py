@@ -139,6 +139,19 @@ def test_span_guard_keeps_only_allowlisted_well_formed_attributes_P8(telemetry: 
     assert labels == {"reasonwire.guard.signal": "span_attribute"} and removed == 6
 
 
+def test_closed_vocabularies_skip_the_content_scan_open_shapes_do_not_P8(telemetry: Any) -> None:
+    """A value admitted from a set our code defines (a topic name) is never content, so it is
+    kept without a scan even when some reasoning quoted it; an identifier-shaped value that is
+    registered content is dropped."""
+    t, _, _ = telemetry
+    conversation = "conv-1234567890abcdef1234567890"
+    t.registry.add(topics.EVENTS)  # as if a reasoning message had been exactly this word
+    t.registry.add(conversation)
+    assert t.guard.clean(topics.EVENTS) is False  # the scan would have dropped it
+    kept, dropped = t.guard.attributes({"messaging.destination.name": topics.EVENTS, "gen_ai.conversation.id": conversation})
+    assert kept == {"messaging.destination.name": topics.EVENTS} and dropped == 1
+
+
 def test_span_guard_drops_exception_events_and_exception_text_in_status_P8(telemetry: Any) -> None:
     t, spans, _ = telemetry
     t.registry.add(SIGNATURE)

@@ -75,7 +75,7 @@ class ContentGuard:
             if rule is None or (allowed is not None and key not in allowed):
                 continue
             checked = rule.check(value)
-            if checked is None or not self.clean(checked):
+            if checked is None or not (rule.closed or self.clean(checked)):
                 continue
             kept[key] = checked
         return kept, len(attributes or {}) - len(kept)

@@ -127,6 +127,9 @@ class Rule:
     """What one attribute key admits; ``check`` returns the value to keep or None."""
 
     check: Callable[[Any], Any]
+    closed: bool = False
+    """Admits only words this code defines (topic names, grammar names, outcomes): no content
+    can pass ``check``, so the guard does not scan such a value for registered content."""
 
 
 def _count(value: Any) -> Any:
@@ -141,9 +144,9 @@ def _flag(value: Any) -> Any:
     return value if type(value) is bool else None
 
 
-def _one_of(words: Iterable[str]) -> Callable[[Any], Any]:
+def _one_of(words: Iterable[str]) -> Rule:
     allowed = frozenset(words)
-    return lambda value: value if type(value) is str and value in allowed else None
+    return Rule(lambda value: value if type(value) is str and value in allowed else None, closed=True)
 
 
 def _shaped(pattern: re.Pattern[str]) -> Callable[[Any], Any]:
@@ -164,7 +167,7 @@ COUNT, NUMBER, FLAG = Rule(_count), Rule(_number), Rule(_flag)
 IDENTIFIER, CODE = Rule(_shaped(_IDENTIFIER)), Rule(_shaped(_CODE))
 
 ATTRIBUTES: dict[str, Rule] = {
-    GEN_AI_PROVIDER_NAME: Rule(_one_of(PROVIDER_NAMES)),
+    GEN_AI_PROVIDER_NAME: _one_of(PROVIDER_NAMES),
     GEN_AI_REQUEST_MODEL: IDENTIFIER,
     GEN_AI_RESPONSE_MODEL: IDENTIFIER,
     GEN_AI_RESPONSE_FINISH_REASONS: Rule(_list_of(_shaped(_CODE))),
@@ -174,17 +177,17 @@ ATTRIBUTES: dict[str, Rule] = {
     GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: COUNT,
     GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: COUNT,
     GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: COUNT,
-    MESSAGING_SYSTEM: Rule(_one_of({"kafka"})),
-    MESSAGING_OPERATION_TYPE: Rule(_one_of({"process", "receive"})),
-    MESSAGING_DESTINATION_NAME: Rule(_one_of(TOPICS)),
+    MESSAGING_SYSTEM: _one_of({"kafka"}),
+    MESSAGING_OPERATION_TYPE: _one_of({"process", "receive"}),
+    MESSAGING_DESTINATION_NAME: _one_of(TOPICS),
     MESSAGING_DESTINATION_PARTITION_ID: Rule(_shaped(_DIGITS)),
     MESSAGING_CONSUMER_GROUP_NAME: IDENTIFIER,
     MESSAGING_KAFKA_OFFSET: COUNT,
     ERROR_TYPE: CODE,
-    RW_GRAMMAR: Rule(_one_of(GRAMMARS)),
+    RW_GRAMMAR: _one_of(GRAMMARS),
     RW_TENANT: IDENTIFIER,
     RW_RUN_ID: IDENTIFIER,
-    RW_RUN_OUTCOME: Rule(_one_of(RUN_OUTCOMES)),
+    RW_RUN_OUTCOME: _one_of(RUN_OUTCOMES),
     RW_RUN_FIRST_SEQ: COUNT,
     RW_RUN_RECORDS: COUNT,
     RW_RUN_EVENTS: COUNT,
@@ -194,20 +197,20 @@ ATTRIBUTES: dict[str, Rule] = {
     RW_REASONING_MESSAGES: COUNT,
     RW_TOOL_CALLS: COUNT,
     RW_RECORD_SEQ: COUNT,
-    RW_RECORD_OUTCOME: Rule(_one_of(RECORD_OUTCOMES)),
+    RW_RECORD_OUTCOME: _one_of(RECORD_OUTCOMES),
     RW_RECORD_EVENTS: COUNT,
     RW_RECORD_ARTEFACTS: COUNT,
     RW_RECORD_UNKNOWN_EVENTS: COUNT,
-    RW_DLQ_CAUSE: Rule(_one_of(DLQ_CAUSES)),
+    RW_DLQ_CAUSE: _one_of(DLQ_CAUSES),
     RW_ARTEFACT_KIND: Rule(_shaped(_KIND)),
-    RW_ARTEFACT_SUBTYPE: Rule(_one_of({"message", "tool-call"})),
+    RW_ARTEFACT_SUBTYPE: _one_of({"message", "tool-call"}),
     RW_ARTEFACT_BYTES: COUNT,
     RW_ARTEFACT_SHA256: Rule(_shaped(_HEX16)),
     RW_ARTEFACT_COMPLETE: FLAG,
     RW_WARNING_CODE: CODE,
     RW_WARNING_LINE: COUNT,
-    RW_REPLAY_DROP_REASON: Rule(_one_of(REPLAY_DROP_REASONS)),
-    RW_GUARD_SIGNAL: Rule(_one_of(GUARD_SIGNALS)),
+    RW_REPLAY_DROP_REASON: _one_of(REPLAY_DROP_REASONS),
+    RW_GUARD_SIGNAL: _one_of(GUARD_SIGNALS),
     RW_GUARD_DROPPED: COUNT,
 }
 
