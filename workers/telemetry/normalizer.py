@@ -234,6 +234,7 @@ class BatchTrace:
         self.owner = owner
         self.records = records
         self._headers: list[_Headers] | None = None
+        self._tally = _Tally()
         self.steps: Sequence[Step] = ()
         self.started = time.time_ns()
 
@@ -275,12 +276,14 @@ class BatchTrace:
             return  # nothing exports spans or reads metrics: building them would be wasted work
         if exc is not None:
             self._failed(exc)
-        elif self.records:
+            return
+        if self.records:
             for record, headers, step in zip(self.records, self.headers, self.steps, strict=True):
                 self._record_done(record, headers, step)
         else:
             for step in self.steps:
                 self._expired(step)
+        self._tally.flush()
 
     # -- outcomes ---------------------------------------------------------------------
 
@@ -318,14 +321,14 @@ class BatchTrace:
                     },
                 )
             kind = {**provider, v.RW_ARTEFACT_KIND: artefact.kind}
-            owner.artefacts.add(1, kind)
-            owner.artefact_bytes.add(len(artefact.value.encode()), kind)
+            self._tally.add(owner.artefacts, 1, kind)
+            self._tally.add(owner.artefact_bytes, len(artefact.value.encode()), kind)
         if recording:
             for warning in step.warnings:
                 span.add_event(v.EVENT_WARNING, {v.RW_WARNING_CODE: warning.code, v.RW_WARNING_LINE: warning.line})  # type: ignore[union-attr]
         if span is not None:
             span.end()
-        owner.records.add(1, {**provider, v.RW_RECORD_OUTCOME: facts.outcome})
+        self._tally.add(owner.records, 1, {**provider, v.RW_RECORD_OUTCOME: facts.outcome})
         self._count(facts, provider)
         if run is not None:
             run.records += 1
@@ -388,11 +391,29 @@ class BatchTrace:
     def _count(self, facts: _Outcome, provider: dict[str, str]) -> None:
         owner = self.owner
         for topic, n in facts.events.items():
-            owner.events.add(n, {**provider, v.MESSAGING_DESTINATION_NAME: topic})
+            self._tally.add(owner.events, n, {**provider, v.MESSAGING_DESTINATION_NAME: topic})
         for code, n in facts.unknown_events.items():
-            owner.unknown_events.add(n, {**provider, v.RW_WARNING_CODE: code})
+            self._tally.add(owner.unknown_events, n, {**provider, v.RW_WARNING_CODE: code})
         if facts.cause is not None:
-            owner.dead_letters.add(1, {**provider, v.RW_DLQ_CAUSE: facts.cause})
+            self._tally.add(owner.dead_letters, 1, {**provider, v.RW_DLQ_CAUSE: facts.cause})
+
+
+class _Tally:
+    """A poll's counter increments, summed per counter and label set and added once at the end:
+    counters are sums, so the exported values are the same, at one guarded ``add`` per label
+    set per poll instead of several per record."""
+
+    def __init__(self) -> None:
+        self._sums: dict[tuple[Any, frozenset[tuple[str, Any]]], int] = {}
+
+    def add(self, counter: Any, amount: int, attributes: dict[str, Any]) -> None:
+        key = (counter, frozenset(attributes.items()))
+        self._sums[key] = self._sums.get(key, 0) + amount
+
+    def flush(self) -> None:
+        sums, self._sums = self._sums, {}
+        for (counter, attributes), amount in sums.items():
+            counter.add(amount, dict(attributes))
 
 
 def _outcome(step: Step, headers: _Headers | None) -> _Outcome:
