@@ -52,13 +52,7 @@ BUILDERS: dict[Grammar, ReplayBuilder] = {
 }
 """Grammar → the builder of its provider-native input."""
 
-FRAGMENT_KEY: dict[Grammar, str] = {
-    Grammar.OPENAI_RESPONSES: "input",
-    Grammar.ANTHROPIC_MESSAGES: "messages",
-    Grammar.GEMINI_GENERATE_CONTENT: "contents",
-    Grammar.GEMINI_INTERACTIONS: "input",
-    Grammar.BEDROCK_CONVERSE: "messages",
-}
+FRAGMENT_KEY: dict[Grammar, str] = {grammar: builder.history_key for grammar, builder in BUILDERS.items()}
 """Where the history goes in each grammar's request body."""
 
 

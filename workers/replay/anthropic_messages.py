@@ -38,6 +38,7 @@ from workers.replay.core import (
 
 class AnthropicMessagesReplay(ReplayBuilder):
     grammar = Grammar.ANTHROPIC_MESSAGES
+    history_key, system_key = "messages", "system"
 
     def user(self, turn: UserTurn) -> list[dict[str, Any]]:
         content: Any = turn.texts[0] if turn.plain else [_text(t) for t in turn.texts]
@@ -52,11 +53,8 @@ class AnthropicMessagesReplay(ReplayBuilder):
         blocks = [block for unit in turn.units for block in _blocks(unit)]
         return [{"role": "assistant", "content": blocks}] if blocks else []
 
-    def fragment(self, entries: list[dict[str, Any]], conversation: Conversation) -> dict[str, Any]:
-        fragment: dict[str, Any] = {"messages": merge_adjacent(entries, "content", _as_blocks)}
-        if conversation.instructions:
-            fragment["system"] = "\n\n".join(conversation.instructions)
-        return fragment
+    def history(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return merge_adjacent(entries, "content", _as_blocks)
 
     def needs_artefact(self, unit: Reasoning | Text | Call, conversation: Conversation) -> bool:
         # "a final assistant message must start with a thinking block" while thinking is on,

@@ -40,6 +40,7 @@ from workers.replay.family import model_family
 
 class BedrockConverseReplay(ReplayBuilder):
     grammar = Grammar.BEDROCK_CONVERSE
+    history_key, system_key = "messages", "system"
 
     def user(self, turn: UserTurn) -> list[dict[str, Any]]:
         return [{"role": "user", "content": [{"text": t} for t in turn.texts]}]
@@ -53,11 +54,11 @@ class BedrockConverseReplay(ReplayBuilder):
         blocks = [block for unit in turn.units for block in _blocks(unit)]
         return [{"role": "assistant", "content": blocks}] if blocks else []
 
-    def fragment(self, entries: list[dict[str, Any]], conversation: Conversation) -> dict[str, Any]:
-        fragment: dict[str, Any] = {"messages": merge_adjacent(entries, "content", list)}
-        if conversation.instructions:
-            fragment["system"] = [{"text": text} for text in conversation.instructions]
-        return fragment
+    def history(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return merge_adjacent(entries, "content", list)
+
+    def system(self, instructions: list[str]) -> Any:
+        return [{"text": text} for text in instructions]
 
     def needs_artefact(self, unit: Reasoning | Text | Call, conversation: Conversation) -> bool:
         family = model_family(self.grammar, conversation.target.model) or conversation.continuity.model_family or ""

@@ -703,11 +703,17 @@ class ReplayBuilder:
 
     :meth:`build` walks the conversation's turns once, asking the grammar for the
     entries each turn becomes (``user``, ``tool_results``, ``assistant``,
-    ``instructions``), then for the request fragment that holds them (``fragment``).
-    Subclasses set ``grammar`` and implement the hooks.
+    ``instructions``), then puts them in the request fragment: the entries under
+    ``history_key`` (``history`` may merge them), the lifted-out instructions
+    under ``system_key`` in the grammar's shape (``system``). Subclasses set
+    ``grammar`` and the keys and implement the hooks.
     """
 
     grammar: ClassVar[Grammar]
+    history_key: ClassVar[str]
+    """Where the history goes in the grammar's request body."""
+    system_key: ClassVar[str | None] = None
+    """Where lifted-out instructions go; None when they stay in the history (``instructions``)."""
 
     def build(self, conversation: Conversation) -> dict[str, Any]:
         entries: list[dict[str, Any]] = []
@@ -736,7 +742,18 @@ class ReplayBuilder:
         return []
 
     def fragment(self, entries: list[dict[str, Any]], conversation: Conversation) -> dict[str, Any]:
-        raise NotImplementedError
+        fragment: dict[str, Any] = {self.history_key: self.history(entries)}
+        if self.system_key is not None and conversation.instructions:
+            fragment[self.system_key] = self.system(conversation.instructions)
+        return fragment
+
+    def history(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The entries as the request carries them (grammars that merge adjacent turns override)."""
+        return entries
+
+    def system(self, instructions: list[str]) -> Any:
+        """The lifted-out instructions in the grammar's shape (default: one text, paragraphs apart)."""
+        return "\n\n".join(instructions)
 
     def needs_artefact(self, unit: Reasoning | Text | Call, conversation: Conversation) -> bool:
         """Whether the provider rejects an open tool loop whose current turn lacks this unit's state."""

@@ -58,6 +58,7 @@ _MINTED_SHAPE = re.compile(r":tool:\d+$")
 
 class GeminiGenerateContentReplay(ReplayBuilder):
     grammar = Grammar.GEMINI_GENERATE_CONTENT
+    history_key, system_key = "contents", "systemInstruction"
 
     def build(self, conversation: Conversation) -> dict[str, Any]:
         self._minted = _minted_ids(conversation)  # tool-call ids the gateway minted (REFERENCE §3.2)
@@ -73,11 +74,11 @@ class GeminiGenerateContentReplay(ReplayBuilder):
         parts = self._model_parts(turn, conversation, self._minted)
         return [{"role": "model", "parts": parts}] if parts else []
 
-    def fragment(self, entries: list[dict[str, Any]], conversation: Conversation) -> dict[str, Any]:
-        fragment: dict[str, Any] = {"contents": merge_adjacent(entries, "parts", list)}
-        if conversation.instructions:
-            fragment["systemInstruction"] = {"parts": [{"text": t} for t in conversation.instructions]}
-        return fragment
+    def history(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return merge_adjacent(entries, "parts", list)
+
+    def system(self, instructions: list[str]) -> Any:
+        return {"parts": [{"text": t} for t in instructions]}
 
     def needs_artefact(self, unit: Reasoning | Text | Call, conversation: Conversation) -> bool:
         # Only calls are validated, and only those that were signed (the first of each step).

@@ -38,6 +38,7 @@ from workers.replay.core import (
 
 class GeminiInteractionsReplay(ReplayBuilder):
     grammar = Grammar.GEMINI_INTERACTIONS
+    history_key, system_key = "input", "system_instruction"
 
     def user(self, turn: UserTurn) -> list[dict[str, Any]]:
         return [{"type": "user_input", "content": [{"type": "text", "text": t} for t in turn.texts]}]
@@ -48,11 +49,6 @@ class GeminiInteractionsReplay(ReplayBuilder):
     def assistant(self, turn: AssistantTurn, conversation: Conversation) -> list[dict[str, Any]]:
         return [step for unit in turn.units for step in _steps(unit)]
 
-    def fragment(self, entries: list[dict[str, Any]], conversation: Conversation) -> dict[str, Any]:
-        fragment: dict[str, Any] = {"input": entries}
-        if conversation.instructions:
-            fragment["system_instruction"] = "\n\n".join(conversation.instructions)
-        return fragment
 
     def needs_artefact(self, unit: Reasoning | Text | Call, conversation: Conversation) -> bool:
         return isinstance(unit, Reasoning)

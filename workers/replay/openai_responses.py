@@ -47,6 +47,7 @@ from workers.replay.core import (
 
 class OpenAIResponsesReplay(ReplayBuilder):
     grammar = Grammar.OPENAI_RESPONSES
+    history_key = "input"  # instructions stay in the history as system/developer items
 
     def instructions(self, turn: Instructions) -> list[dict[str, Any]]:
         return [{"role": turn.message.role, "content": turn.message.content}]
@@ -60,9 +61,6 @@ class OpenAIResponsesReplay(ReplayBuilder):
 
     def assistant(self, turn: AssistantTurn, conversation: Conversation) -> list[dict[str, Any]]:
         return _AssistantItems(conversation).build(turn)
-
-    def fragment(self, entries: list[dict[str, Any]], conversation: Conversation) -> dict[str, Any]:
-        return {"input": entries}
 
 
 class _AssistantItems:
