@@ -81,6 +81,13 @@ def test_the_contract_check_refuses_a_dict_that_is_not_the_model(bad: dict[str, 
 
 
 
+def test_a_refused_event_never_quotes_its_values_R3_P8() -> None:
+    secret = "EnCrYpTeD-" + "x" * 40
+    with pytest.raises(ValueError) as refused:
+        as_model({"type": "REASONING_ENCRYPTED_VALUE", "subtype": 7, "entityId": "m", "encryptedValue": secret})
+    assert secret not in str(refused.value) and refused.value.__cause__ is None and refused.value.__suppress_context__
+
+
 def test_nested_models_nulls_in_metadata_and_extra_fields_match() -> None:
     samples = [
         RunStartedEvent(thread_id="t", run_id="r", metadata={"kept": None, "n": [1, None]}),

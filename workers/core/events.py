@@ -25,7 +25,7 @@ from functools import cache
 from typing import Any
 
 from ag_ui.core import BaseEvent, Event
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 WireEvent = dict[str, Any]
 """One AG-UI event in its 1.0 wire shape (camelCase keys, no nulls)."""
@@ -39,8 +39,15 @@ def _adapter() -> TypeAdapter[Any]:
 
 
 def as_model(event: WireEvent) -> BaseEvent:
-    """The ``ag_ui.core`` model of a wire event, validated (for callers that want types)."""
-    return _adapter().validate_python(event)
+    """The ``ag_ui.core`` model of a wire event, validated (for callers that want types).
+
+    A refusal names fields and error types only: pydantic's own message quotes the input,
+    which for ``REASONING_ENCRYPTED_VALUE`` is an opaque value (R3, P8)."""
+    try:
+        return _adapter().validate_python(event)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['type']}" for e in exc.errors())
+        raise ValueError(f"not an AG-UI 1.0 event ({problems})") from None
 
 
 def _with_meta(kind: str, metadata: dict[str, Any] | None) -> WireEvent:
