@@ -338,10 +338,12 @@ class NormalizerWorker:
         producer = self.producer
         assert producer is not None
         batches: dict[tuple[str, int], list[Any]] = {}
-        stats = self.stats
+        stats, chosen = self.stats, self._partitions
         for step in steps:
             for out in step.outbound:
-                partition = await self._partition(out.topic, out.key)
+                partition = chosen.get((out.topic, out.key)) if out.key is not None else None
+                if partition is None:  # a run's first output on this topic, or no key
+                    partition = await self._partition(out.topic, out.key)
                 slot = batches.get((out.topic, partition))
                 if slot is None:
                     slot = batches[(out.topic, partition)] = [producer.create_batch()]
@@ -357,10 +359,7 @@ class NormalizerWorker:
 
     async def _partition(self, topic: str, key: bytes | None) -> int:
         """The producer's own choice (murmur2 of the key, as Kafka's default partitioner), made once
-        per run and topic: a run keeps its partition for its lifetime."""
-        cached = self._partitions.get((topic, key)) if key is not None else None
-        if cached is not None:
-            return cached
+        per run and topic and remembered (``_send`` looks it up): a run keeps its partition."""
         known = self._topic_partitions.get(topic)
         if known is None:
             known = self._topic_partitions[topic] = sorted(await self.producer.partitions_for(topic))  # type: ignore[union-attr]
