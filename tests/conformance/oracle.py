@@ -25,8 +25,9 @@ from workers.core.wire import event_json
 from workers.sse import read_events
 from workers.translators import translator_for
 
-SHARED_FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 LOCAL_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+"""Every sample stream the tests and ``make run`` read: ``<grammar>/<case>.jsonl`` beside its
+``expected.json``, all inside the repository (a bare clone has everything)."""
 
 _EVENT = TypeAdapter(Event)
 
@@ -43,11 +44,8 @@ class Output:
 
 
 def fixture_paths() -> list[Path]:
-    """Every ``*.jsonl`` fixture that has an ``expected.json``, shared ones first."""
-    found = []
-    for root in (SHARED_FIXTURES, LOCAL_FIXTURES):
-        found += sorted(p for p in root.glob("*/*.jsonl") if p.with_suffix(".expected.json").exists())
-    return found
+    """Every ``*.jsonl`` fixture that has an ``expected.json``."""
+    return sorted(p for p in LOCAL_FIXTURES.glob("*/*.jsonl") if p.with_suffix(".expected.json").exists())
 
 
 def translate_lines(grammar: str, lines: list[bytes], **kwargs: Any) -> Output:
@@ -192,7 +190,7 @@ def _check_artefacts(got: Facts, out: Output, expected: dict[str, Any], ids: dic
     assert values == [a["value"] for a in expected["opaque_artifacts"]]
     for record, art in zip(out.artefacts, expected["opaque_artifacts"], strict=True):
         assert record.complete == art.get("complete", True)
-        # shared fixtures spell Bedrock "bedrock-converse-stream"; the grammar is the folder's name
+        # the issuer names the grammar by its folder name ("bedrock-converse"), whatever the fixture's provider field says
         assert record.issuer.grammar is out.translator.grammar
 
 

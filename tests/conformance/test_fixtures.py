@@ -24,7 +24,15 @@ def _grammar(path: Path) -> str:
 
 
 def test_fixtures_are_found() -> None:
-    assert len(fixture_paths()) >= 10, "the shared fixtures were not found (../shared/fixtures)"
+    assert len(fixture_paths()) >= 10, "no fixtures under tests/fixtures"
+
+
+@pytest.mark.parametrize("grammar", list(Grammar), ids=lambda g: g.value)
+def test_every_grammar_has_the_sample_streams_in_the_repository_P9(grammar: Grammar) -> None:
+    """The two article cases `make run` publishes live in the repository, per grammar: a clone
+    alone runs the demo and the tests (nothing is read from outside it)."""
+    names = {p.stem for p in fixture_paths() if p.parent.name == grammar.value}
+    assert {"a_reasoning_then_answer", "b_reasoning_then_tool_call"} <= names
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=_id)

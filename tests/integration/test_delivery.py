@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conformance.oracle import SHARED_FIXTURES, assert_valid_stream, translate_file
+from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream, translate_file
 from tests.integration.conftest import Collector, send
 from workers.core.normalizer import RawRecord, Step
 from workers.ingress import RunEnvelope, raw_records
@@ -21,7 +21,7 @@ from workers.telemetry import setup_telemetry
 
 pytestmark = pytest.mark.integration
 
-FIXTURE = SHARED_FIXTURES / "openai-responses" / "b_reasoning_then_tool_call.jsonl"
+FIXTURE = LOCAL_FIXTURES / "openai-responses" / "b_reasoning_then_tool_call.jsonl"
 
 
 class BrokerOutage(Exception):

@@ -14,7 +14,7 @@ import pytest
 
 from contracts.grammars import Grammar
 from contracts.replay import ReplayTarget
-from tests.conformance.oracle import SHARED_FIXTURES
+from tests.conformance.oracle import LOCAL_FIXTURES
 from tests.unit.test_replay_roundtrip import (
     client_history,
     expected_of,
@@ -32,7 +32,7 @@ from workers.store import ArtefactStore
 
 pytestmark = pytest.mark.integration
 
-FIXTURE = SHARED_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl"
+FIXTURE = LOCAL_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl"
 
 
 async def test_replay_reads_only_its_own_tenants_artefacts_R8(redis: Any) -> None:

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from contracts.store import artefact_key, thread_index_key
-from tests.conformance.oracle import SHARED_FIXTURES, assert_valid_stream
+from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream
 from tests.integration.conftest import ROOT, Collector, send
 from workers.ingress import RunEnvelope, raw_records
 from workers.sse import read_events
 
 pytestmark = pytest.mark.integration
 
-FIXTURE = SHARED_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl"
+FIXTURE = LOCAL_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl"
 
 
 async def test_tenant_ttl_public_stream_and_erase(spawn_worker: Any, producer: Any, redis: Any, primed_group: Any, tmp_path: Path, services: dict[str, str]) -> None:

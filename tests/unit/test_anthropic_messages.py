@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conformance.oracle import SHARED_FIXTURES, Output, assert_valid_stream, facts, translate_file, translate_lines
+from tests.conformance.oracle import LOCAL_FIXTURES, Output, assert_valid_stream, facts, translate_file, translate_lines
 
 GRAMMAR = "anthropic-messages"
 
@@ -72,13 +72,14 @@ def test_resplit_deltas_give_same_text_args_and_artefacts_P2_R3(t_cuts: list[int
 
 
 def test_signature_rides_its_thinking_block_and_rebuilds_it_R3_P5() -> None:
-    path = SHARED_FIXTURES / GRAMMAR / "b_reasoning_then_tool_call.jsonl"
+    path = LOCAL_FIXTURES / GRAMMAR / "b_reasoning_then_tool_call.jsonl"
     expected = json.loads(path.with_suffix(".expected.json").read_text())
     out = translate_file(GRAMMAR, path)
     [record] = out.artefacts
     replay_thinking = expected["replay"]["append_to_messages"][0]["content"][0]
     assert record.provider_block() == replay_thinking  # byte-for-byte the block to resend
-    assert record.native.position == 0 and record.native.response_id == "msg_01CJdWxdBRiLDTfPmH8B9Lae"
+    message_id = expected["reasoning_messages"][0]["ref"].split("#")[0]  # the message_start id
+    assert record.native.position == 0 and record.native.response_id == message_id
     assert record.issuer.model == "claude-sonnet-4-5-20250929"
     assert record.entity_id == facts(out.events).ordering[0][1]
 

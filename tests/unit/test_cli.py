@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conformance.oracle import SHARED_FIXTURES, assert_valid_stream
+from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream
 
-FIXTURE = SHARED_FIXTURES / "anthropic-messages" / "a_reasoning_then_answer.jsonl"
+FIXTURE = LOCAL_FIXTURES / "anthropic-messages" / "a_reasoning_then_answer.jsonl"
 
 
 def _translate(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:

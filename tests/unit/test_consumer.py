@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conformance.oracle import SHARED_FIXTURES
+from tests.conformance.oracle import LOCAL_FIXTURES
 from tests.unit.test_replay_roundtrip import translate
 from workers.consumer import AgUiConsumer, downgrade_messages
 
@@ -104,7 +104,7 @@ def test_chunk_events_build_the_same_messages_as_start_content_end() -> None:
 
 
 def test_a_translated_stream_applies_cleanly() -> None:
-    out = translate(SHARED_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl")
+    out = translate(LOCAL_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl")
     consumer = AgUiConsumer()
     assert consumer.feed_all(out.events).fatal is None
     assert list(consumer.values().values()) == [a.value for a in out.artefacts]

@@ -7,12 +7,12 @@ import json
 
 from contracts import topics
 from contracts.envelope import Control
-from tests.conformance.oracle import SHARED_FIXTURES, assert_valid_stream
+from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream
 from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, Step, dead_letter
 from workers.ingress import RunEnvelope, raw_records
 from workers.sse import read_events
 
-FIXTURE = SHARED_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl"
+FIXTURE = LOCAL_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl"
 RUN = RunEnvelope("anthropic-messages", "run-1", "thread-1", tenant="acme", model="claude-sonnet-4-5")
 
 
@@ -48,7 +48,8 @@ def test_a_run_flows_to_events_artefacts_and_usage() -> None:
     [artefact] = [a for s in steps for a in s.artefacts]
     assert artefact.tenant == "acme" and artefact.thread_id == "thread-1"
     usage = [json.loads(o.value) for s in steps for o in s.outbound if o.topic == topics.USAGE]
-    assert len(usage) == 1 and usage[0]["tokens"]["output_tokens"] == 187
+    expected = json.loads(FIXTURE.with_suffix(".expected.json").read_text())["usage"]
+    assert len(usage) == 1 and usage[0]["tokens"]["output_tokens"] == expected["output_tokens"]
     assert steps[-2].run_ended  # message_stop ends it; the ingress's end record finds it ended
     assert steps[-1].skipped == "run already ended"
     assert all(s.journal_append is not None for s in steps[:-1])  # every raw event is journaled

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 from tests.conformance.oracle import (
     LOCAL_FIXTURES,
-    SHARED_FIXTURES,
     Output,
     assert_valid_stream,
     facts,
@@ -30,7 +29,6 @@ from workers.cli import main as cli_main
 from workers.translators.openai_responses import ENCRYPTED_CONTENT_KIND
 
 GRAMMAR = "openai-responses"
-SHARED = SHARED_FIXTURES / GRAMMAR
 LOCAL = LOCAL_FIXTURES / GRAMMAR
 SECRET = "gAAAAAB-opaque/secret+value=="
 
@@ -240,7 +238,7 @@ USAGE = {
 
 
 def test_reasoning_then_answer_P9_P1() -> None:
-    out, expected = _fixture(SHARED / "a_reasoning_then_answer.jsonl")
+    out, expected = _fixture(LOCAL / "a_reasoning_then_answer.jsonl")
     got = facts(out.events)
     [(_, reasoning_id), (_, text_id)] = got.ordering
     assert got.reasoning[reasoning_id]["kind"] == "summary"
@@ -251,7 +249,7 @@ def test_reasoning_then_answer_P9_P1() -> None:
 
 def test_encrypted_content_comes_from_item_done_never_from_added_R3() -> None:
     """§1.4: on output_item.added it "may be incomplete"; the fixture carries a truncated prefix there."""
-    out, expected = _fixture(SHARED / "a_reasoning_then_answer.jsonl")
+    out, expected = _fixture(LOCAL / "a_reasoning_then_answer.jsonl")
     [event] = _of(out, "REASONING_ENCRYPTED_VALUE")
     assert event["encryptedValue"] == expected["opaque_artifacts"][0]["value"]
     [record] = out.artefacts
@@ -260,7 +258,7 @@ def test_encrypted_content_comes_from_item_done_never_from_added_R3() -> None:
 
 
 def test_encrypted_value_rides_the_items_message_inside_its_span_once_R3() -> None:
-    out, _ = _fixture(SHARED / "a_reasoning_then_answer.jsonl")
+    out, _ = _fixture(LOCAL / "a_reasoning_then_answer.jsonl")
     [event] = _of(out, "REASONING_ENCRYPTED_VALUE")
     [start] = _of(out, "REASONING_MESSAGE_START")
     assert event["entityId"] == start["messageId"] and event["subtype"] == "message"
@@ -274,7 +272,7 @@ def test_encrypted_value_rides_the_items_message_inside_its_span_once_R3() -> No
 @pytest.mark.parametrize("case", ["a_reasoning_then_answer", "b_reasoning_then_tool_call"])
 def test_artefact_rebuilds_the_replay_item_byte_for_byte_P5(case: str) -> None:
     """The record's block plus its value is the input item REFERENCE §1.7 says to send back."""
-    out, expected = _fixture(SHARED / f"{case}.jsonl")
+    out, expected = _fixture(LOCAL / f"{case}.jsonl")
     [record] = out.artefacts
     replay = expected["replay"]["append_to_input"]
     assert record.provider_block() == replay[0]
@@ -287,7 +285,7 @@ def test_artefact_rebuilds_the_replay_item_byte_for_byte_P5(case: str) -> None:
 
 
 def test_one_tool_call_keeps_call_id_and_is_pending_P9() -> None:
-    out, expected = _fixture(SHARED / "b_reasoning_then_tool_call.jsonl")
+    out, expected = _fixture(LOCAL / "b_reasoning_then_tool_call.jsonl")
     [call] = expected["tool_calls"]
     [start] = _of(out, "TOOL_CALL_START")
     assert start["toolCallId"] == call["id"]  # call_…, not the fc_… item id (§1.3)
@@ -501,8 +499,8 @@ def test_terminal_response_output_stands_in_for_a_missing_item_done_P2() -> None
 
 
 def test_done_events_that_restate_the_deltas_add_nothing_P2() -> None:
-    out, _ = _fixture(SHARED / "a_reasoning_then_answer.jsonl")
-    lines = (SHARED / "a_reasoning_then_answer.jsonl").read_text().splitlines()
+    out, _ = _fixture(LOCAL / "a_reasoning_then_answer.jsonl")
+    lines = (LOCAL / "a_reasoning_then_answer.jsonl").read_text().splitlines()
     deltas = sum('"response.reasoning_summary_text.delta"' in line for line in lines)
     # one content event per delta, plus nothing for text.done, part.done, item.done and response.output
     assert len(_of(out, "REASONING_MESSAGE_CONTENT")) == deltas
@@ -729,7 +727,7 @@ def test_translate_command_speaks_openai_responses(tmp_path: Path, capsysbinary:
             GRAMMAR,
             "--artefacts",
             str(artefacts),
-            str(SHARED / "b_reasoning_then_tool_call.jsonl"),
+            str(LOCAL / "b_reasoning_then_tool_call.jsonl"),
         ]
     )
     assert status == 0

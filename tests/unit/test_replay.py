@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from contracts.artefacts import ArtefactRecord
 from contracts.grammars import Grammar
 from contracts.replay import ReplayTarget
-from tests.conformance.oracle import SHARED_FIXTURES, fixture_paths
+from tests.conformance.oracle import LOCAL_FIXTURES, fixture_paths
 from tests.unit.test_replay_roundtrip import (
     client_history,
     expected_of,
@@ -28,9 +28,9 @@ from tests.unit.test_replay_roundtrip import (
 from workers.replay import FRAGMENT_KEY, InvalidHistory, ProviderWouldReject, model_family, replay, same_family
 from workers.translators import implemented
 
-ANTHROPIC_A = SHARED_FIXTURES / "anthropic-messages" / "a_reasoning_then_answer.jsonl"
-ANTHROPIC_B = SHARED_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl"
-OPENAI_B = SHARED_FIXTURES / "openai-responses" / "b_reasoning_then_tool_call.jsonl"
+ANTHROPIC_A = LOCAL_FIXTURES / "anthropic-messages" / "a_reasoning_then_answer.jsonl"
+ANTHROPIC_B = LOCAL_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl"
+OPENAI_B = LOCAL_FIXTURES / "openai-responses" / "b_reasoning_then_tool_call.jsonl"
 SONNET = "claude-sonnet-4-5-20250929"
 
 OTHER_FAMILY = {
@@ -40,14 +40,15 @@ OTHER_FAMILY = {
     Grammar.GEMINI_INTERACTIONS: "gemini-2.5-pro",
     Grammar.BEDROCK_CONVERSE: "us.anthropic.claude-opus-4-1-20250805-v1:0",
 }
-"""A model of another family than each shared fixture's, per grammar."""
+"""A model of another family than each sample's, per grammar."""
 
 
-def implemented_shared(case: str) -> list[Path]:
+def implemented_samples(case: str) -> list[Path]:
+    """The sample stream of ``case`` for every grammar that has a translator."""
     return [
-        SHARED_FIXTURES / g.value / f"{case}.jsonl"
+        LOCAL_FIXTURES / g.value / f"{case}.jsonl"
         for g in Grammar
-        if g in implemented() and (SHARED_FIXTURES / g.value / f"{case}.jsonl").exists()
+        if g in implemented() and (LOCAL_FIXTURES / g.value / f"{case}.jsonl").exists()
     ]
 
 
@@ -126,7 +127,7 @@ def test_replay_to_a_dated_snapshot_of_the_same_family_keeps_the_state_P5() -> N
 # -- issuer matching (R8, P5) ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", implemented_shared("a_reasoning_then_answer"), ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", implemented_samples("a_reasoning_then_answer"), ids=lambda p: p.parent.name)
 def test_model_change_between_turns_drops_foreign_state_with_a_warning_R8_P5(path: Path) -> None:
     grammar = Grammar(path.parent.name)
     history, artefacts = history_of(path)
@@ -140,7 +141,7 @@ def test_model_change_between_turns_drops_foreign_state_with_a_warning_R8_P5(pat
 
 
 def test_model_change_drops_gemini_thought_text_as_well() -> None:
-    path = SHARED_FIXTURES / "gemini-generate-content" / "a_reasoning_then_answer.jsonl"
+    path = LOCAL_FIXTURES / "gemini-generate-content" / "a_reasoning_then_answer.jsonl"
     if Grammar.GEMINI_GENERATE_CONTENT not in implemented():
         pytest.skip("no gemini-generate-content translator yet")
     history, artefacts = history_of(path)

@@ -11,7 +11,7 @@ from typing import Any
 
 from contracts.grammars import Grammar
 from contracts.replay import ReplayReply, ReplayRequest, ReplayTarget
-from tests.conformance.oracle import SHARED_FIXTURES
+from tests.conformance.oracle import LOCAL_FIXTURES
 from tests.unit.test_replay_roundtrip import (
     client_history,
     expected_request_items,
@@ -23,7 +23,7 @@ from tests.unit.test_replay_roundtrip import (
 )
 from workers.replay_worker import parse_request, reply_for
 
-FIXTURE = SHARED_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl"
+FIXTURE = LOCAL_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl"
 MODEL = "claude-sonnet-4-5-20250929"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from contracts.grammars import Grammar
 from contracts.replay import ReplayTarget
-from tests.conformance.oracle import SHARED_FIXTURES
+from tests.conformance.oracle import LOCAL_FIXTURES
 from workers.requests import (
     TABLES,
     Effort,
@@ -49,10 +49,10 @@ def rejected(grammar: str, model: str, effort: str | None = None, summary: str |
         ("bedrock-converse", "medium", None),
     ],
 )
-def test_the_shared_fixtures_requests_are_what_the_table_maps_P4(grammar: str, effort: str, summary: str | None) -> None:
+def test_the_sample_streams_requests_are_what_the_table_maps_P4(grammar: str, effort: str, summary: str | None) -> None:
     """The fixtures record the provider requests that produced them; their reasoning fields are
     the table's mapping of a portable request (effort + summary wish)."""
-    request = json.loads((SHARED_FIXTURES / grammar / "a_reasoning_then_answer.expected.json").read_text())["request"]
+    request = json.loads((LOCAL_FIXTURES / grammar / "a_reasoning_then_answer.expected.json").read_text())["request"]
     model = request.get("model") or request["modelId"]
     produced = fields(grammar, model, effort, summary)
     assert produced == {key: request[key] for key in produced}
