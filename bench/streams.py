@@ -42,8 +42,8 @@ from workers.core.translator import RunEnd
 from workers.translators import translator_for
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_FIXTURES = Path(os.environ.get("RW_FIXTURES", ROOT.parent / "shared" / "fixtures"))
-LOCAL_FIXTURES = ROOT / "tests" / "fixtures"
+FIXTURES = Path(os.environ.get("RW_FIXTURES", ROOT / "tests" / "fixtures"))
+"""The sample streams the templates are cut from: the repository's, unless RW_FIXTURES names another folder."""
 
 SCALES = (1, 2, 4, 8, 16)
 SCALE_WEIGHTS = (0.35, 0.25, 0.2, 0.12, 0.08)
@@ -173,10 +173,7 @@ class Template:
 
 
 def fixture_files(grammar: str) -> list[Path]:
-    found = []
-    for root in (SHARED_FIXTURES, LOCAL_FIXTURES):
-        found += sorted(p for p in (root / grammar).glob("*.jsonl") if p.with_suffix(".expected.json").exists())
-    return found
+    return sorted(p for p in (FIXTURES / grammar).glob("*.jsonl") if p.with_suffix(".expected.json").exists())
 
 
 def _get(obj: Any, path: Path_) -> Any:
