@@ -4,7 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-FIXTURES ?= $(abspath ../shared/fixtures)
+# The sample streams (all in the repository): the two article cases of every grammar under
+# tests/fixtures, or every <grammar>/*.jsonl of the folder RW_SAMPLES names (as `reasonwire demo`).
+SAMPLE_CASES := a_reasoning_then_answer b_reasoning_then_tool_call
+SAMPLES = $(sort $(if $(RW_SAMPLES),$(wildcard $(RW_SAMPLES)/*/*.jsonl),$(foreach c,$(SAMPLE_CASES),$(wildcard tests/fixtures/*/$(c).jsonl))))
 
 .DEFAULT_GOAL := help
 .PHONY: help install services services-down test test-unit run translate-samples clean
@@ -48,23 +51,22 @@ run: $(STAMP) ## the whole pipeline on the sample streams: services, worker, pub
 	fi; \
 	if bash deploy/services.sh status >/dev/null 2>&1; then started=no; else started=yes; fi; \
 	set -a; eval "$$(bash deploy/services.sh up)"; set +a; \
-	RW_SAMPLES=$(FIXTURES) $(VENV)/bin/reasonwire demo; rc=$$?; \
+	$(VENV)/bin/reasonwire demo; rc=$$?; \
 	if [ "$$started" = yes ] && [ -z "$${KEEP_SERVICES:-}" ]; then bash deploy/services.sh down >/dev/null 2>&1 || true; fi; \
 	exit $$rc
 
-translate-samples: $(STAMP) ## run `reasonwire translate` over every sample stream in ../shared/fixtures
+translate-samples: $(STAMP) ## run `reasonwire translate` over the sample streams (tests/fixtures, or RW_SAMPLES), no services
 	@mkdir -p out
-	@for dir in $(FIXTURES)/*/; do \
-	  grammar=$$(basename $$dir); \
-	  for f in $$dir*.jsonl; do \
-	    name=$$(basename $$f .jsonl); \
-	    if $(VENV)/bin/reasonwire translate --provider $$grammar $$f --artefacts out/$$grammar.$$name.artefacts.jsonl > out/$$grammar.$$name.events.jsonl 2>out/$$grammar.$$name.log; then \
-	      printf '== %s/%s: %s AG-UI events, %s artefacts\n' $$grammar $$name $$(wc -l < out/$$grammar.$$name.events.jsonl) $$(wc -l < out/$$grammar.$$name.artefacts.jsonl); \
-	      cut -c1-150 out/$$grammar.$$name.events.jsonl | sed 's/^/   /'; \
-	    else \
-	      printf '== %s/%s: %s\n' $$grammar $$name "$$(tail -1 out/$$grammar.$$name.log)"; \
-	    fi; \
-	  done; \
+	@test -n "$(SAMPLES)" || { echo "make translate-samples: no sample streams under $(or $(RW_SAMPLES),tests/fixtures) (expected <grammar>/*.jsonl)"; exit 2; }
+	@for f in $(SAMPLES); do \
+	  grammar=$$(basename $$(dirname $$f)); \
+	  name=$$(basename $$f .jsonl); \
+	  if $(VENV)/bin/reasonwire translate --provider $$grammar $$f --artefacts out/$$grammar.$$name.artefacts.jsonl > out/$$grammar.$$name.events.jsonl 2>out/$$grammar.$$name.log; then \
+	    printf '== %s/%s: %s AG-UI events, %s artefacts\n' $$grammar $$name $$(wc -l < out/$$grammar.$$name.events.jsonl) $$(wc -l < out/$$grammar.$$name.artefacts.jsonl); \
+	    cut -c1-150 out/$$grammar.$$name.events.jsonl | sed 's/^/   /'; \
+	  else \
+	    printf '== %s/%s: %s\n' $$grammar $$name "$$(tail -1 out/$$grammar.$$name.log)"; \
+	  fi; \
 	done
 
 BENCH_STAMP := $(VENV)/.bench-installed

@@ -1,11 +1,15 @@
 """``reasonwire demo``: the whole pipeline on the sample streams, for ``make run``.
 
 Starts a normalizer worker process against the configured Kafka and Redis,
-publishes every sample provider stream to ``reasoning.raw.v1`` as an ingress
+publishes the sample provider streams to ``reasoning.raw.v1`` as an ingress
 would, prints the normalized AG-UI events as they arrive on
-``reasoning.events.v1`` and the artefacts the worker stored in Redis (described
-by kind, size and hash — an opaque value is never printed, P8), then stops the
-worker.
+``reasoning.events.v1`` and a table of the artefacts the worker stored in Redis
+(kind, entity, size and a sha256 prefix — an opaque value is never printed,
+P8), then stops the worker.
+
+The samples are the repository's own (``tests/fixtures/<grammar>/``, the two
+article cases of each grammar), so a bare clone runs the demo; ``RW_SAMPLES``
+names another folder of ``<grammar>/*.jsonl`` streams instead.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 import orjson
@@ -25,6 +30,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from redis.asyncio import Redis
 
 from contracts import topics
+from contracts.artefacts import ArtefactRecord
 from contracts.grammars import Grammar
 from workers.ingress import RunEnvelope, raw_records
 from workers.normalize import ensure_topics
@@ -33,14 +39,26 @@ from workers.sse import read_events
 from workers.store import ArtefactStore
 from workers.translators import implemented
 
-SAMPLES = Path(os.environ.get("RW_SAMPLES", Path(__file__).resolve().parents[2] / "shared" / "fixtures"))
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+SAMPLE_CASES = ("a_reasoning_then_answer", "b_reasoning_then_tool_call")
+"""The article's two cases: reasoning then an answer, reasoning then a tool call. The other
+fixtures (errors, interruptions, unknown events) are test material, not a demo."""
+
+
+def sample_streams(folder: str | None = None) -> tuple[Path, list[Path]]:
+    """Where the samples come from and the streams to publish, in a stable order: every
+    ``<grammar>/*.jsonl`` of ``folder`` when one is named, else the repository's sample cases."""
+    if folder:
+        root = Path(folder)
+        return root, sorted(p for g in implemented() for p in (root / g.value).glob("*.jsonl"))
+    return FIXTURES, [p for g in implemented() for c in SAMPLE_CASES if (p := FIXTURES / g.value / f"{c}.jsonl").exists()]
 
 
 def main() -> int:
     settings = WorkerSettings.from_env()
-    samples = sorted(p for g in implemented() for p in (SAMPLES / g.value).glob("*.jsonl"))
+    root, samples = sample_streams(os.environ.get("RW_SAMPLES"))
     if not samples:
-        print(f"reasonwire demo: no sample streams under {SAMPLES}", file=sys.stderr)
+        print(f"reasonwire demo: no sample streams under {root} (expected <grammar>/*.jsonl; RW_SAMPLES names the folder)", file=sys.stderr)
         return 2
     partitions = asyncio.run(ensure_topics(settings))
     log_path = Path(tempfile.gettempdir()) / f"reasonwire-demo-worker-{os.getpid()}.log"
@@ -95,7 +113,7 @@ async def _publish_and_show(settings: WorkerSettings, samples: list[Path], event
     finally:
         await producer.stop()
         await consumer.stop()
-    await _show_artefacts(settings, runs.values())
+    await _show_artefacts(settings, [(f"{p.parent.name}/{p.stem}", run) for p, run in zip(samples, runs.values(), strict=True)])
     return 0
 
 
@@ -124,13 +142,31 @@ def _summary(event: dict[str, object]) -> str:
     return f"{kind} {str(detail)[:60]!r}" if detail else kind
 
 
-async def _show_artefacts(settings: WorkerSettings, runs: object) -> None:
+async def _show_artefacts(settings: WorkerSettings, runs: list[tuple[str, RunEnvelope]]) -> None:
+    """The artefacts each sample's run stored, read back from Redis as replay would read them."""
     redis = Redis.from_url(settings.redis_url)
     store = ArtefactStore(redis, artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
     try:
-        print("\nartefacts stored in Redis (tenant 'demo'):")
-        for run in runs:  # type: ignore[attr-defined]
-            for record in await store.thread_artefacts(run.tenant, run.thread_id):
-                print(f"  {run.thread_id:<40} {record.entity_id:<60} {record.describe()}")
+        found = [(sample, record) for sample, run in runs for record in await store.thread_artefacts(run.tenant, run.thread_id)]
     finally:
         await redis.aclose()
+    print("\nartefacts stored in Redis (tenant 'demo'; values are never shown, only their size and sha256 prefix):")
+    for line in artefact_table(found):
+        print(f"  {line}")
+
+
+ARTEFACT_COLUMNS = ("sample", "entity", "kind", "subtype", "bytes", "sha256", "complete")
+
+
+def artefact_table(rows: Iterable[tuple[str, ArtefactRecord]]) -> list[str]:
+    """One aligned line per (sample, artefact) under a header, from ``describe()`` (kind, size,
+    hash — never the value, P8); sizes right-aligned so they compare at a glance."""
+    cells = [ARTEFACT_COLUMNS]
+    for sample, record in rows:
+        d = record.describe()
+        cells.append((sample, record.entity_id, d["kind"], d["subtype"], str(d["bytes"]), d["sha256"], "yes" if d["complete"] else "no"))
+    if len(cells) == 1:
+        return ["(none)"]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(ARTEFACT_COLUMNS))]
+    right = {ARTEFACT_COLUMNS.index("bytes")}
+    return ["  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip() for row in cells]
