@@ -23,11 +23,12 @@ from pathlib import Path
 
 import pytest
 
+from contracts.grammars import Grammar
 from workers.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_CASES = ("a_reasoning_then_answer", "b_reasoning_then_tool_call")
-GRAMMARS = ("anthropic-messages", "bedrock-converse", "gemini-generate-content", "gemini-interactions", "openai-responses")
+GRAMMARS = [g.value for g in Grammar]
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,7 @@ def test_make_run_in_a_fresh_clone_publishes_the_in_repo_samples_through_the_bro
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert "not starting Kafka" in output and "not starting Redis" in output  # the session's services, none of its own
-    assert "published 10 sample streams to reasoning.raw.v1" in output
+    assert f"published {len(GRAMMARS) * len(SAMPLE_CASES)} sample streams to reasoning.raw.v1" in output
     assert "Traceback" not in output and "../shared" not in output and "shared/fixtures" not in output
     # every sample's run came back through reasoning.events.v1 with its reasoning and a terminal event
     for grammar in GRAMMARS:
