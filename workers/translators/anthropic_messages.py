@@ -28,7 +28,8 @@ on Claude 3.7 it is the raw reasoning; ``REASONING_MESSAGE_START.metadata``
 says which (``reasonwire.reasoningKind``).
 
 Usage: ``message_start.message.usage`` then cumulative ``message_delta.usage``;
-the latest value of each field wins — never summed (P6). Anthropic's
+the latest value of each field wins — never summed, and a null in the delta
+(optional in ``MessageDeltaUsage``) leaves the earlier value in place (P6). Anthropic's
 ``input_tokens`` excludes cache reads and writes, so normalized input adds them.
 ``output_tokens_details.thinking_tokens`` is optional; absent → reasoning unknown.
 """
@@ -272,10 +273,13 @@ class AnthropicMessagesTranslator(Translator):
     # -- usage (P6) ----------------------------------------------------------------
 
     def _merge_usage(self, usage: dict[str, Any] | None) -> None:
-        """Cumulative: each report replaces the fields it carries; nothing is summed."""
+        """Cumulative: each report replaces the fields it carries; nothing is summed.
+
+        ``MessageDeltaUsage`` types everything but ``output_tokens`` as optional: a null
+        field is not restated, so ``message_start``'s value stays (never erased)."""
         if not usage:
             return
-        self._usage_raw.update(usage)
+        self._usage_raw.update((k, v) for k, v in usage.items() if v is not None)
         raw = self._usage_raw
         details = raw.get("output_tokens_details")
         base_input = token_count(raw, "input_tokens", where="usage")
