@@ -472,3 +472,22 @@ def test_an_unseen_unit_whose_place_is_ambiguous_is_left_out_and_fails_an_open_l
     assert "unseen_unit_not_placed" not in codes(result)  # with no call before it, its place is certain again
     result = replay(then_user(reordered), artefacts, target(ANTHROPIC_B))
     assert "unseen_unit_not_placed" in codes(result) and opaque_hashes(result.fragment) == []
+
+
+# -- issue 14 ---------------------------------------------------------------------------------
+
+OPENAI_H = Path(__file__).resolve().parents[1] / "fixtures" / "openai-responses" / "h_incomplete_max_output_tokens.jsonl"
+
+
+def test_a_reasoning_item_that_was_the_turns_last_output_is_left_out_P5_issue14_item10() -> None:
+    """The Responses API rejects a reasoning item "provided without its required following item"
+    (REFERENCE §1.7): one with no follower at all is left out, as when its follower was lost."""
+    history, artefacts = history_of(OPENAI_H, with_results=False)
+    [record] = artefacts
+    assert record.complete and record.native.extra["following_item"] is None
+    result = replay(then_user(history), artefacts, target(OPENAI_H))
+    assert not any(i.get("type") == "reasoning" for i in result.fragment["input"])
+    assert record.value not in json.dumps(result.fragment)
+    assert "follower_missing" in codes(result)
+    assert result.replayed == []
+    assert_no_value_in_warnings(result, artefacts)
