@@ -229,3 +229,44 @@ def test_null_delta_usage_keeps_message_start_counts_P6_issue14_item1() -> None:
     raw = out.translator.tokens.provider_raw
     assert raw["input_tokens"] == 100 and raw["output_tokens"] == 50
     assert_valid_stream(out.events)
+
+
+def test_a_duplicated_content_block_stop_is_dropped_with_a_warning_issue14_item9() -> None:
+    lines = _thinking_turn(delta_usage={"output_tokens": 9})
+    lines.insert(5, lines[4])  # the thinking block's stop delivered twice
+    out = translate_lines(GRAMMAR, lines)
+    assert out.rejected_lines == []
+    assert out.events[-1]["type"] == "RUN_FINISHED"
+    assert [(w.code, w.line) for w in out.warnings] == [("duplicate_event", 6)]
+    assert [r.value for r in out.artefacts] == ["SIG"]
+    assert_valid_stream(out.events)
+
+
+def test_max_tokens_marks_the_units_it_truncated_incomplete_R1_issue14_item9() -> None:
+    lines = [
+        _start(),
+        _line({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        _line({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "The answer is"}}),
+        _line({"type": "message_delta", "delta": {"stop_reason": "max_tokens", "stop_sequence": None}, "usage": {"output_tokens": 8}}),
+        _line({"type": "message_stop"}),
+    ]
+    out = translate_lines(GRAMMAR, lines)
+    [end] = [e for e in out.events if e["type"] == "TEXT_MESSAGE_END"]
+    assert end.get("metadata") == {"reasonwire": {"incomplete": True}}
+    assert out.events[-1]["type"] == "RUN_FINISHED"
+    assert out.events[-1]["metadata"]["reasonwire"]["stopReason"] == "max_tokens"
+    assert_valid_stream(out.events)
+
+
+def test_surrogate_halves_split_across_thinking_deltas_join_in_events_and_record_R3_issue14_item6() -> None:
+    lines = _thinking_turn(delta_usage={"output_tokens": 9})
+    lines[2:3] = [
+        _line({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "so \ud83d"}}),
+        _line({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "\ude00 then"}}),
+    ]
+    out = translate_lines(GRAMMAR, lines)
+    assert out.rejected_lines == [] and out.events[-1]["type"] == "RUN_FINISHED"
+    assert [m["text"] for m in facts(out.events).reasoning.values()] == ["so 😀 then"]
+    [record] = out.artefacts
+    assert record.provider_block() == {"type": "thinking", "thinking": "so 😀 then", "signature": "SIG"}
+    assert_valid_stream(out.events)

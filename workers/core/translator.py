@@ -12,7 +12,9 @@ store, warnings to log and count, and — if the input was malformed — the
 Everything every grammar does the same way lives in this class, once:
 
 * parsing (bytes → JSON object); a line that is not a JSON object is a malformed
-  event (R7): ``RUN_ERROR``, rejection, nothing else lost;
+  event (R7): ``RUN_ERROR``, rejection, nothing else lost. Escaped UTF-16 surrogate
+  halves in a text field (a character cut between two deltas) are valid JSON and
+  accepted; the discipline joins them (``workers.core.surrogates``);
 * dispatch through the subclass's ``HANDLERS`` table keyed by the provider's
   event type; a type not in the table is an unknown event (P3): warned,
   counted, skipped, open units untouched;
@@ -22,6 +24,9 @@ Everything every grammar does the same way lives in this class, once:
   open units closed, held artefacts kept as incomplete records, ``RUN_ERROR``
   with code ``interrupted``;
 * events after the run ended are warned about and ignored;
+* an exact repeat — the same bytes as the event just before, of a kind the grammar
+  says never repeats legitimately (:meth:`Translator.is_redelivery`) — is a duplicate
+  delivery: dropped with a ``duplicate_event`` warning, never translated twice;
 * usage normalization into AG-UI ``TokenUsage`` on the terminal event.
 
 Translators are deterministic: the same input gives the same events and ids,
@@ -48,6 +53,7 @@ from workers.core.artefacts import ArtefactLedger
 from workers.core.discipline import DisciplineViolation, RunPhase, StreamDiscipline
 from workers.core.errors import ProviderGrammarError
 from workers.core.events import WireEvent, token_usage
+from workers.core.surrogates import loads_with_lone_surrogates
 
 
 class RunEnd(StrEnum):
@@ -133,6 +139,7 @@ class Translator:
         self._warnings: list[TranslatorWarning] = []
         self._deferred_end: dict[str, Any] | None = None
         self._first_at_ms: float | None = None
+        self._previous_raw: bytes | str | None = None
         self.time_to_first_reasoning_ms: float | None = None
         self.time_to_first_text_ms: float | None = None
 
@@ -165,12 +172,16 @@ class Translator:
         if run is not None and run.phase is RunPhase.ENDED:
             self._warn("event_after_end", "event after the end of the run ignored")
             return self._collect()
+        halves = False
         try:
             obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            obj = None
+        except orjson.JSONDecodeError as exc:
+            obj = loads_with_lone_surrogates(raw, exc)
+            halves = obj is not None
         if run is None:
             self._start(obj if type(obj) is dict else None, raw)
+        if halves:  # a character cut between two events: the discipline joins its halves
+            self.run.join_surrogates = True
         if at_ms is not None and self._first_at_ms is None:
             self._first_at_ms = at_ms
         if type(obj) is not dict:
@@ -181,6 +192,11 @@ class Translator:
             self.counters["unknown_events"] += 1
             self._warn("unknown_event", f"unknown {self.grammar.value} event type {event_type!r} skipped")
             return self._collect()
+        if raw == self._previous_raw and self.is_redelivery(obj):
+            self.counters["duplicate_events"] += 1
+            self._warn("duplicate_event", f"{event_type!r} repeated byte for byte: a duplicate delivery, dropped")
+            return self._collect()
+        self._previous_raw = raw
         try:
             handler(self, obj)
         except (ProviderGrammarError, DisciplineViolation) as exc:
@@ -237,15 +253,26 @@ class Translator:
         """(response id, model) if this first event carries them; they seed default ids."""
         return None, None
 
+    def is_redelivery(self, obj: dict[str, Any]) -> bool:
+        """Whether this event, byte-identical to the one before it, can only be a duplicate delivery.
+
+        Default False: two equal deltas in a row are legitimate text ("\n" twice). A grammar
+        whose events are unique by construction (a sequence number) or idempotent by kind (a
+        block stop) says so, and the repeat is dropped with a warning instead of failing the run."""
+        return False
+
     # -- helpers for subclasses ------------------------------------------------------
 
     def mint(self, role: str, unit: object) -> str:
         """A deterministic AG-UI id for a provider unit: ``<response>:<role>:<unit>``."""
         return f"{self.response_id or self.run.run_id}:{role}:{unit}"
 
-    def finish_run(self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None = None) -> None:
-        """The provider's terminal event arrived: close the run as finished."""
-        self._finish_now(stop_reason=stop_reason, pending_tool_call_ids=pending_tool_call_ids)
+    def finish_run(
+        self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None = None, truncated: bool = False
+    ) -> None:
+        """The provider's terminal event arrived: close the run as finished. ``truncated``: the
+        provider cut the output (a token limit), so units still open close marked incomplete."""
+        self._finish_now(stop_reason=stop_reason, pending_tool_call_ids=pending_tool_call_ids, truncated=truncated)
 
     def defer_finish(self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None = None) -> None:
         """The terminal event arrived but a trailer (usage) may follow: finish on it or at EOF."""
@@ -274,13 +301,17 @@ class Translator:
         self._ledger = ArtefactLedger(self._run, _issuer(self.grammar, self.model, self.issuer_scope))
         self._run.start_run(metadata={"grammar": self.grammar.value, "model": self.model})
 
-    def _finish_now(self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None) -> None:
+    def _finish_now(
+        self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None, truncated: bool = False
+    ) -> None:
         self.end = RunEnd.FINISHED
         self.stop_reason = stop_reason
         self._deferred_end = None
         self.artefacts.abandon_all()
         meta = {"stopReason": stop_reason} if stop_reason else None
-        self.run.finish_run(usage=self._token_usage(), metadata=meta, pending_tool_call_ids=pending_tool_call_ids)
+        self.run.finish_run(
+            usage=self._token_usage(), metadata=meta, pending_tool_call_ids=pending_tool_call_ids, truncated=truncated
+        )
 
     def _interrupt(self, reason: str, *, code: ErrorCode = ErrorCode.INTERRUPTED) -> None:
         self.end = RunEnd.INTERRUPTED

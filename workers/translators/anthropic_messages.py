@@ -46,6 +46,7 @@ from contracts.grammars import Grammar
 from contracts.usage import TokenCounts
 from workers.core.artefacts import HeldArtefact
 from workers.core.errors import ProviderGrammarError, optional, require, token_count
+from workers.core.surrogates import whole
 from workers.core.translator import Translator
 
 _SKIPPED_BLOCKS = frozenset(
@@ -62,6 +63,10 @@ _SKIPPED_BLOCKS = frozenset(
         "container_upload",
     }
 )
+
+
+_TRUNCATING_STOPS = frozenset({"max_tokens", "model_context_window_exceeded"})
+"""Stop reasons that cut the message off: a block still open then was truncated (REFERENCE §2.2)."""
 
 
 @dataclass
@@ -93,6 +98,11 @@ class AnthropicMessagesTranslator(Translator):
             return (mid if isinstance(mid, str) else None, model if isinstance(model, str) else None)
         return None, None
 
+    def is_redelivery(self, obj: dict[str, Any]) -> bool:
+        """A block stops once: the same ``content_block_stop`` again, byte for byte, is a duplicate
+        delivery. Deltas may legitimately repeat, and a second start is a grammar error (R7)."""
+        return obj.get("type") == "content_block_stop"
+
     # -- message lifecycle ---------------------------------------------------------
 
     def _on_message_start(self, obj: dict[str, Any]) -> None:
@@ -109,7 +119,8 @@ class AnthropicMessagesTranslator(Translator):
 
     def _on_message_stop(self, obj: dict[str, Any]) -> None:
         pending = self._tool_call_ids if self.stop_reason == "tool_use" else None
-        self.finish_run(stop_reason=self.stop_reason, pending_tool_call_ids=pending)
+        truncated = self.stop_reason in _TRUNCATING_STOPS
+        self.finish_run(stop_reason=self.stop_reason, pending_tool_call_ids=pending, truncated=truncated)
 
     def _on_ping(self, obj: dict[str, Any]) -> None:
         """Keep-alive; carries nothing (the SDK drops it by SSE event name)."""
@@ -254,7 +265,7 @@ class AnthropicMessagesTranslator(Translator):
                 self.counters["unsigned_thinking"] += 1
                 self._warn("unsigned_thinking", f"thinking block {index} ended without a signature: not replayable")
             else:
-                block = {"type": "thinking", "thinking": "".join(entry.thinking)}
+                block = {"type": "thinking", "thinking": whole("".join(entry.thinking))}
                 self.artefacts.release(index, block=block)
         else:
             self.artefacts.release(index)
