@@ -270,3 +270,15 @@ def test_surrogate_halves_split_across_thinking_deltas_join_in_events_and_record
     [record] = out.artefacts
     assert record.provider_block() == {"type": "thinking", "thinking": "so 😀 then", "signature": "SIG"}
     assert_valid_stream(out.events)
+
+
+def test_empty_signature_delta_is_unsigned_thinking_never_an_encrypted_value_R3_P5_issue14_item2() -> None:
+    lines = _thinking_turn(delta_usage={"output_tokens": 9})
+    lines[3] = _line({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": ""}})
+    out = translate_lines(GRAMMAR, lines)
+    assert not [e for e in out.events if e["type"] == "REASONING_ENCRYPTED_VALUE"]
+    assert [r.complete for r in out.artefacts] == [False]  # kept as unsigned, never complete, never replayed
+    codes = [w.code for w in out.warnings]
+    assert "empty_signature" in codes and "unsigned_thinking" in codes
+    assert out.events[-1]["type"] == "RUN_FINISHED"
+    assert_valid_stream(out.events)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
@@ -49,7 +49,7 @@ import orjson
 from contracts.artefacts import ArtefactRecord, Issuer
 from contracts.grammars import Grammar
 from contracts.usage import NO_TOKENS, UsageRecord
-from workers.core.artefacts import ArtefactLedger
+from workers.core.artefacts import ArtefactLedger, HeldArtefact
 from workers.core.discipline import DisciplineViolation, RunPhase, StreamDiscipline
 from workers.core.errors import ProviderGrammarError
 from workers.core.events import WireEvent, token_usage
@@ -253,6 +253,22 @@ class Translator:
         """(response id, model) if this first event carries them; they seed default ids."""
         return None, None
 
+    def hold_artefact(self, key: Hashable, artefact: HeldArtefact, *, where: str) -> bool:
+        """Hold an opaque value until its unit closes (the ledger emits it then).
+
+        An empty value means the unit is unsigned, in every grammar: warned here
+        (``empty_signature``), never announced, recorded incomplete by the ledger, never
+        replayed — providers answer a replayed ``""`` with "Invalid signature" (R3, P5)."""
+        if self.artefacts.hold(key, artefact):
+            return True
+        self.counters["empty_signatures"] += 1
+        self._warn("empty_signature", f"empty {artefact.kind} on {where}: unsigned, not announced, never replayed")
+        return False
+
+    def before_abnormal_end(self) -> None:
+        """Hook: the run is about to end with units open (error, interruption, malformed input),
+        before held values become incomplete records; a grammar puts its units in order here."""
+
     def is_redelivery(self, obj: dict[str, Any]) -> bool:
         """Whether this event, byte-identical to the one before it, can only be a duplicate delivery.
 
@@ -286,6 +302,7 @@ class Translator:
     def provider_error(self, message: str, *, provider_code: str | None = None) -> None:
         """The provider reported an error in the stream: ``RUN_ERROR`` after closing (R1)."""
         self.end = RunEnd.ERROR
+        self.before_abnormal_end()
         self.artefacts.abandon_all()
         meta = {"grammar": self.grammar.value, "providerCode": provider_code} if provider_code else None
         self.run.fail_run(message=message, code=ErrorCode.PROVIDER_ERROR, usage=self._token_usage(), metadata=meta)
@@ -315,6 +332,7 @@ class Translator:
 
     def _interrupt(self, reason: str, *, code: ErrorCode = ErrorCode.INTERRUPTED) -> None:
         self.end = RunEnd.INTERRUPTED
+        self.before_abnormal_end()
         self.artefacts.abandon_all()
         self.run.fail_run(message=reason, code=code, usage=self._token_usage())
 
@@ -322,6 +340,7 @@ class Translator:
         """R7: a malformed known event (or non-JSON input) is fatal for the run."""
         self.end = RunEnd.ERROR
         self.counters["malformed_events"] += 1
+        self.before_abnormal_end()
         self.artefacts.abandon_all()
         message = f"malformed {self.grammar.value} event at line {self.line}: {reason}"
         self.run.fail_run(message=message, code=ErrorCode.MALFORMED_EVENT, usage=self._token_usage())

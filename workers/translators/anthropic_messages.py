@@ -16,6 +16,8 @@ Block → AG-UI mapping:
   held and emitted when the block stops as ``REASONING_ENCRYPTED_VALUE``
   (subtype ``message``, entityId = the reasoning message), byte for byte (R3).
   A block with empty text and only a signature (``display: "omitted"``) is kept.
+  An empty ``signature_delta`` is no signature: the block is unsigned (warned,
+  no value announced, an incomplete record only; issue 14).
 * ``redacted_thinking`` — complete in ``content_block_start``, no deltas: a
   reasoning message with no content whose ``data`` is the encrypted value.
 * ``text`` — ``TEXT_MESSAGE_*``. ``tool_use`` — ``TOOL_CALL_*`` with the
@@ -159,7 +161,7 @@ class AnthropicMessagesTranslator(Translator):
     def _start_redacted(self, index: int, block: dict[str, Any]) -> None:
         data = require(block, "data", str, where="content_block_start.content_block(redacted_thinking)")
         entry = self._open_reasoning(index, "redacted_thinking", reasoning_kind="redacted")
-        self.artefacts.hold(
+        self.hold_artefact(
             index,
             HeldArtefact(
                 kind="anthropic.redacted_thinking.data",
@@ -168,6 +170,7 @@ class AnthropicMessagesTranslator(Translator):
                 value=data,
                 native=self._native(index, {"type": "redacted_thinking"}, "data"),
             ),
+            where=f"block {index}",
         )
 
     def _start_text(self, index: int, block: dict[str, Any]) -> None:
@@ -247,7 +250,7 @@ class AnthropicMessagesTranslator(Translator):
             self.run.reasoning_content(index, text)
 
     def _hold_signature(self, index: int, entry: _Block, signature: str) -> None:
-        self.artefacts.hold(
+        self.hold_artefact(
             index,
             HeldArtefact(
                 kind="anthropic.thinking.signature",
@@ -256,6 +259,7 @@ class AnthropicMessagesTranslator(Translator):
                 value=signature,
                 native=self._native(index, {"type": "thinking"}, "signature"),
             ),
+            where=f"block {index}",
         )
 
     def _stop_reasoning(self, index: int, entry: _Block) -> None:
@@ -264,6 +268,7 @@ class AnthropicMessagesTranslator(Translator):
             if self.artefacts.held(index) is None:
                 self.counters["unsigned_thinking"] += 1
                 self._warn("unsigned_thinking", f"thinking block {index} ended without a signature: not replayable")
+                self.artefacts.release(index)  # an empty signature's incomplete record, if one came
             else:
                 block = {"type": "thinking", "thinking": whole("".join(entry.thinking))}
                 self.artefacts.release(index, block=block)
