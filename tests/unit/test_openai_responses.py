@@ -903,3 +903,25 @@ def test_response_incomplete_marks_the_units_it_truncated_incomplete_R1_issue14_
     assert _meta(end) == {"incomplete": True}
     assert _terminal(out)["type"] == "RUN_FINISHED"
     assert _meta(_terminal(out))["stopReason"] == "max_output_tokens"
+
+
+@pytest.mark.parametrize("summary", [(), ("Thinking it over.",)])
+def test_empty_encrypted_content_is_unsigned_like_every_grammar_R3_P5_issue14_item2(summary: tuple[str, ...]) -> None:
+    stream = ResponseStream().start().reasoning(0, "rs_E", summary=summary, encrypted="").message(1, "msg_E", "ok").completed()
+    out = _translate(stream.events)
+    assert not _of(out, "REASONING_ENCRYPTED_VALUE")
+    assert all(not r.complete for r in out.artefacts)
+    assert "empty_signature" in [w.code for w in out.warnings]
+    assert [m["kind"] for m in facts(out.events).reasoning.values()] == (["summary"] if summary else [])
+
+
+def test_a_half_whose_partner_never_comes_ends_as_a_replacement_character_issue14_item6() -> None:
+    events = _numbered([_created(), *_text_item(0, "cut \ud83d"), _completed("incomplete", incomplete_details={"reason": "max_output_tokens"})])
+    out = _checked(translate_lines(GRAMMAR, [json.dumps(e).encode() for e in events]))
+    assert [t["text"] for t in facts(out.events).texts.values()] == ["cut \ufffd"]
+
+
+def test_a_lone_surrogate_outside_a_text_field_is_still_malformed_R7_issue14_item6() -> None:
+    events = _numbered([_created(), _call_added(0, "call_\ud83d"), _completed()])
+    out = _checked(translate_lines(GRAMMAR, [json.dumps(e).encode() for e in events]))
+    assert out.rejected_lines == [2] and _terminal(out)["code"] == "malformed_event"

@@ -405,10 +405,13 @@ class OpenAIResponsesTranslator(Translator):
             self.counters["incomplete_reasoning_items"] += 1
         # The follower of an earlier reasoning item is this one, if items ever overlapped.
         self._settle_follower(_identity(item))
-        if value:
+        if value == "" and entry.carrier is None:  # empty = no state, and no message to name (issue 14)
+            self.counters["empty_signatures"] += 1
+            self._warn("empty_signature", f"empty encrypted_content on output item {entry.index}: nothing to keep")
+        elif value is not None:  # an empty one on a message is kept unsigned by the ledger, never announced
             carrier = entry.carrier or self._open_carrier(entry)
             block = {k: v for k, v in item.items() if k != "encrypted_content"}
-            self.artefacts.hold(
+            self.hold_artefact(
                 ("span", entry.index),
                 HeldArtefact(
                     kind=ENCRYPTED_CONTENT_KIND,
@@ -423,6 +426,7 @@ class OpenAIResponsesTranslator(Translator):
                         value_path=["encrypted_content"],
                     ),
                 ),
+                where=f"output item {entry.index}",
             )
         self._awaiting_follower = entry
 
