@@ -27,7 +27,12 @@ Everything every grammar does the same way lives in this class, once:
 * an exact repeat — the same bytes as the event just before, of a kind the grammar
   says never repeats legitimately (:meth:`Translator.is_redelivery`) — is a duplicate
   delivery: dropped with a ``duplicate_event`` warning, never translated twice;
-* usage normalization into AG-UI ``TokenUsage`` on the terminal event.
+* usage normalization into AG-UI ``TokenUsage`` on the terminal event;
+* opaque values through :meth:`Translator.hold_artefact`: an *empty* one means the
+  unit is unsigned, in every grammar — warned, never announced, recorded incomplete
+  by the ledger, never replayed;
+* a terminal event that *cut* the output (a token limit) finishes the run with
+  ``truncated=True``: what it closes carries the ``incomplete`` marker.
 
 Translators are deterministic: the same input gives the same events and ids,
 which is what lets a worker that takes over a run re-feed it and skip what was

@@ -63,7 +63,14 @@ added on top. The provider object is kept as ``provider_raw``.
 
 The stop reason is the provider's own word: ``status`` (``completed``) or
 ``incomplete_details.reason`` (``max_output_tokens``, …). A completed response
-that contains function calls lists their call ids as pending on ``RUN_FINISHED``.
+that contains function calls lists their call ids as pending on ``RUN_FINISHED``,
+in the order the calls were made (their ``TOOL_CALL_START`` order), whatever
+order their ``.done`` events came in. ``response.incomplete`` cut what it closes:
+units still open then end with the ``incomplete`` marker. ``response.failed`` or
+``error`` after a reasoning item's ``output_item.done`` keeps that whole item's
+value complete (no following item; replay leaves it out). A byte-identical repeat
+of the previous event (same ``sequence_number``) is a duplicate delivery, dropped
+with a warning.
 """
 
 from __future__ import annotations
