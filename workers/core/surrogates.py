@@ -58,7 +58,10 @@ def _halves_only_in_text(value: Any, key: str | None, depth: int = 0) -> bool:
     if isinstance(value, str):
         return key in TEXT_FIELDS or not has_surrogate(value)
     if isinstance(value, dict):
-        return all(isinstance(k, str) and not has_surrogate(k) and _halves_only_in_text(v, k, depth + 1) for k, v in value.items())
+        return all(
+            isinstance(k, str) and not has_surrogate(k) and _halves_only_in_text(v, k, depth + 1)
+            for k, v in value.items()
+        )
     if isinstance(value, list):
         return all(_halves_only_in_text(v, key, depth + 1) for v in value)
     return True

@@ -125,22 +125,22 @@ class _AssistantItems:
             following = self.items[index + 1] if index + 1 < len(self.items) else None
             # A reasoning item that was its response's last output (follower None) has no following
             # item to be sent with, and the API rejects it without one: left out like a lost follower.
-            follower_ok = follower is not None and following is not None and _is_follower(following, follower)
-            if follower_ok and following is not None and follower is not None and "id" not in following and follower.get("id"):
+            if follower is None or following is None or not _is_follower(following, follower):
+                dropped.add(index)
+                why = "was its response's last output" if follower is None else "lost the item that followed it"
+                self.conversation.drop(
+                    unit,
+                    "follower_missing",
+                    f"reasoning item of {unit.entity_id} {why}: left out (the API rejects it without its following item)",
+                )
+                continue
+            if "id" not in following and follower.get("id"):
                 following["id"] = follower["id"]
                 following.setdefault("status", "completed")
                 if following.get("type") == "message" and isinstance(following.get("content"), list):
                     for part in following["content"]:
                         if part.get("type") == "output_text":
                             part.setdefault("annotations", [])
-            if not follower_ok:
-                dropped.add(index)
-                why = "was its response's last output" if follower is None else "is no longer followed by the item that followed it"
-                self.conversation.drop(
-                    unit,
-                    "follower_missing",
-                    f"reasoning item of {unit.entity_id} {why}: left out (the API rejects it without its following item)",
-                )
         return [item for i, item in enumerate(self.items) if i not in dropped]
 
 

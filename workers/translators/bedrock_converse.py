@@ -323,7 +323,8 @@ class BedrockConverseTranslator(Translator):
             self.counters["replaced_artefacts"] += 1
             self._warn("opaque_value_replaced", f"a second opaque value on block {index} replaced the first")
         entity_id = entry.agui_id or ""
-        self.hold_artefact(index, HeldArtefact(kind, ArtefactSubtype.MESSAGE, entity_id, value, native), where=f"block {index}")
+        held = HeldArtefact(kind, ArtefactSubtype.MESSAGE, entity_id, value, native)
+        self.hold_artefact(index, held, where=f"block {index}")
 
     def _stop_reasoning(self, index: int, entry: _Block) -> None:
         self.run.end_reasoning(index)
