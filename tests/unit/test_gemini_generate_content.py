@@ -5,6 +5,7 @@ Every stream produced here passes ``assert_valid_stream`` (ag-ui-validate, warni
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -512,3 +513,12 @@ def test_unknown_part_with_a_signature_is_skipped_not_read_as_text_P3_R4_issue14
     codes = [w.code for w in out.warnings]
     assert codes == ["unknown_part", "signature_lost"]
     assert out.artefacts == [] and not of_type(out, "REASONING_ENCRYPTED_VALUE")
+
+
+def test_surrogate_halves_split_across_parts_join_and_the_signed_part_stays_writable_R3_issue14_item6() -> None:
+    cut = [json.dumps(c).encode() for c in (chunk(thought("a \ud83d", SIG_A)), chunk(thought("\ude00 b")))]
+    out = translate(*cut, chunk(text("x"), finish="STOP"))
+    assert [r["text"] for r in facts(out.events).reasoning.values()] == ["a 😀 b"]
+    [record] = out.artefacts
+    assert record.value == SIG_A  # the opaque value is untouched (R3)
+    assert orjson.loads(record_json(record))["native"]["block"] == {"text": "a \ufffd", "thought": True}

@@ -25,6 +25,7 @@ from typing import Any
 
 from contracts.artefacts import ArtefactRecord, ArtefactSubtype, Issuer, NativeBlock
 from workers.core.discipline import StreamDiscipline
+from workers.core.surrogates import scrub
 
 
 @dataclass
@@ -102,6 +103,8 @@ class ArtefactLedger:
         self._unsigned.clear()
 
     def _record(self, artefact: HeldArtefact, *, complete: bool) -> ArtefactRecord:
+        if self._run.join_surrogates:  # a text the block kept may end on a cut half: not writable as UTF-8
+            artefact.native.block = scrub(artefact.native.block)
         return ArtefactRecord(
             kind=artefact.kind,
             subtype=artefact.subtype,

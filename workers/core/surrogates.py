@@ -33,6 +33,18 @@ def whole(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
+def scrub(value: Any) -> Any:
+    """``value`` (JSON-like) with every string made whole: for provider-native blocks kept in a
+    record, which must be writable as UTF-8 JSON (a text field that ended on a cut half)."""
+    if isinstance(value, str):
+        return whole(value)
+    if isinstance(value, dict):
+        return {k: scrub(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v) for v in value]
+    return value
+
+
 def split_high(text: str) -> tuple[str, str]:
     """(text without a trailing high surrogate, that surrogate or ""): the half waits for its partner."""
     if text and "\ud800" <= text[-1] <= "\udbff":
