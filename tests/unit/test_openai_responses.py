@@ -925,3 +925,14 @@ def test_a_lone_surrogate_outside_a_text_field_is_still_malformed_R7_issue14_ite
     events = _numbered([_created(), _call_added(0, "call_\ud83d"), _completed()])
     out = _checked(translate_lines(GRAMMAR, [json.dumps(e).encode() for e in events]))
     assert out.rejected_lines == [2] and _terminal(out)["code"] == "malformed_event"
+
+
+def test_a_retried_batch_repeating_several_events_is_dropped_event_by_event_P2_issue14_item9() -> None:
+    """A producer that retries a batch repeats several events, so a duplicate is not always adjacent."""
+    events = _numbered([_created(), *_text_item(0, "Hel", "lo", done_text="Hello"), _completed()])
+    lines = [json.dumps(e).encode() for e in events]
+    lines[5:5] = lines[3:5]  # both deltas delivered again after the second one
+    out = _checked(translate_lines(GRAMMAR, lines))
+    assert [t["text"] for t in facts(out.events).texts.values()] == ["Hello"]
+    assert [(w.code, w.line) for w in out.warnings] == [("duplicate_event", 6), ("duplicate_event", 7)]
+    assert _terminal(out)["type"] == "RUN_FINISHED"

@@ -24,9 +24,11 @@ Everything every grammar does the same way lives in this class, once:
   open units closed, held artefacts kept as incomplete records, ``RUN_ERROR``
   with code ``interrupted``;
 * events after the run ended are warned about and ignored;
-* an exact repeat — the same bytes as the event just before, of a kind the grammar
-  says never repeats legitimately (:meth:`Translator.is_redelivery`) — is a duplicate
-  delivery: dropped with a ``duplicate_event`` warning, never translated twice;
+* an exact repeat — an event the grammar identifies as one that happens once
+  (:meth:`Translator.delivery_key`: an OpenAI ``sequence_number``, an Anthropic block
+  stop) arriving again with the same bytes, adjacent or not (a producer retrying a
+  batch repeats several events) — is a duplicate delivery: dropped with a
+  ``duplicate_event`` warning, never translated twice;
 * usage normalization into AG-UI ``TokenUsage`` on the terminal event;
 * opaque values through :meth:`Translator.hold_artefact`: an *empty* one means the
   unit is unsigned, in every grammar — warned, never announced, recorded incomplete
@@ -144,7 +146,8 @@ class Translator:
         self._warnings: list[TranslatorWarning] = []
         self._deferred_end: dict[str, Any] | None = None
         self._first_at_ms: float | None = None
-        self._previous_raw: bytes | str | None = None
+        self._delivered: dict[Hashable, int] = {}
+        """Delivery key → hash of the bytes that carried it, for the last ``DELIVERY_WINDOW`` keys."""
         self.time_to_first_reasoning_ms: float | None = None
         self.time_to_first_text_ms: float | None = None
 
@@ -197,11 +200,11 @@ class Translator:
             self.counters["unknown_events"] += 1
             self._warn("unknown_event", f"unknown {self.grammar.value} event type {event_type!r} skipped")
             return self._collect()
-        if raw == self._previous_raw and self.is_redelivery(obj):
+        key = self.delivery_key(obj)
+        if key is not None and self._redelivered(key, raw):
             self.counters["duplicate_events"] += 1
             self._warn("duplicate_event", f"{event_type!r} repeated byte for byte: a duplicate delivery, dropped")
             return self._collect()
-        self._previous_raw = raw
         try:
             handler(self, obj)
         except (ProviderGrammarError, DisciplineViolation) as exc:
@@ -274,12 +277,26 @@ class Translator:
         """Hook: the run is about to end with units open (error, interruption, malformed input),
         before held values become incomplete records; a grammar puts its units in order here."""
 
-    def is_redelivery(self, obj: dict[str, Any]) -> bool:
-        """Whether this event, byte-identical to the one before it, can only be a duplicate delivery.
+    DELIVERY_WINDOW: ClassVar[int] = 1024
+    """How many recent delivery keys are remembered (a retried batch repeats recent events)."""
 
-        Default False: two equal deltas in a row are legitimate text ("\n" twice). A grammar
-        whose events are unique by construction (a sequence number) or idempotent by kind (a
-        block stop) says so, and the repeat is dropped with a warning instead of failing the run."""
+    def delivery_key(self, obj: dict[str, Any]) -> Hashable | None:
+        """What makes this event happen once in its run, or None when equal events may repeat.
+
+        Default None: two equal deltas are legitimate text ("\\n" twice). A grammar whose events
+        are unique by construction (a sequence number) or by kind (a block stops once) names the
+        key, and the same key again *with the same bytes* is dropped as a duplicate delivery
+        instead of failing the run; with other bytes it is handled as usual."""
+        return None
+
+    def _redelivered(self, key: Hashable, raw: bytes | str) -> bool:
+        digest = hash(raw)
+        seen = self._delivered.get(key)
+        if seen is not None:
+            return seen == digest
+        self._delivered[key] = digest
+        if len(self._delivered) > self.DELIVERY_WINDOW:
+            del self._delivered[next(iter(self._delivered))]
         return False
 
     # -- helpers for subclasses ------------------------------------------------------

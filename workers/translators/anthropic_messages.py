@@ -38,6 +38,7 @@ the latest value of each field wins — never summed, and a null in the delta
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,10 +101,12 @@ class AnthropicMessagesTranslator(Translator):
             return (mid if isinstance(mid, str) else None, model if isinstance(model, str) else None)
         return None, None
 
-    def is_redelivery(self, obj: dict[str, Any]) -> bool:
+    def delivery_key(self, obj: dict[str, Any]) -> Hashable | None:
         """A block stops once: the same ``content_block_stop`` again, byte for byte, is a duplicate
         delivery. Deltas may legitimately repeat, and a second start is a grammar error (R7)."""
-        return obj.get("type") == "content_block_stop"
+        if obj.get("type") == "content_block_stop":
+            return ("content_block_stop", obj.get("index"))
+        return None
 
     # -- message lifecycle ---------------------------------------------------------
 

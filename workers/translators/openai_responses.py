@@ -76,6 +76,7 @@ with a warning.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -262,10 +263,11 @@ class OpenAIResponsesTranslator(Translator):
             return (rid if isinstance(rid, str) else None, model if isinstance(model, str) else None)
         return None, None
 
-    def is_redelivery(self, obj: dict[str, Any]) -> bool:
-        """Every event carries a strictly increasing ``sequence_number`` (§1.1): a byte-identical
-        repeat of the previous event is the same event delivered twice."""
-        return "sequence_number" in obj
+    def delivery_key(self, obj: dict[str, Any]) -> Hashable | None:
+        """Every event carries a strictly increasing ``sequence_number`` (§1.1): the same number
+        with the same bytes is the same event delivered twice."""
+        seq = obj.get("sequence_number")
+        return seq if type(seq) is int else None
 
     # -- response lifecycle --------------------------------------------------------
 
