@@ -130,6 +130,34 @@ spare_ports() {
     done
 }
 
+# stop_pid NAME PIDFILE PATTERN: SIGTERM, wait STOP_TIMEOUT s, then SIGKILL.
+stop_pid() {
+    local name="$1" pidfile="$2" pattern="$3" pid i
+    if ! pid_running "$pidfile" "$pattern"; then
+        log "$name: not running (no live pid file)"
+        rm -f "$pidfile"
+        return 0
+    fi
+    pid="$(pid_of "$pidfile")"
+    log "$name: stopping pid $pid"
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < STOP_TIMEOUT * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        log "$name: still alive after ${STOP_TIMEOUT}s, sending SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        for ((i = 0; i < 50; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+    fi
+    kill -0 "$pid" 2>/dev/null && die "$name: pid $pid would not exit"
+    rm -f "$pidfile"
+    log "$name: stopped"
+}
+
 APT_UPDATED=0
 apt_install() {
     command -v apt-get >/dev/null || die "apt-get not available; install manually: $*"

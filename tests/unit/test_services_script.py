@@ -201,3 +201,10 @@ def test_spare_ports_skip_a_port_the_kernel_lists_even_if_nothing_answers(strang
     out = _steered_spare_port([stranger, free[0], free[1]], extra="port_open() { return 1; }")
     assert out.returncode == 0, out.stderr
     assert out.stdout == f"ONE={free[0]}\nTWO={free[1]}\n"
+
+
+def test_down_with_nothing_running_is_a_clean_no_op(tmp_path: Path) -> None:
+    env = clean_env(tmp_path, **spare_ports(clean_env(tmp_path)))
+    out = subprocess.run(["bash", str(SERVICES), "down"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "Kafka: not running" in out.stderr and "Redis: not running" in out.stderr
