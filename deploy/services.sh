@@ -114,6 +114,7 @@ next_candidate_port() { CANDIDATE=$((20000 + (RANDOM * 32768 + RANDOM) % 12768))
 # this machine uses (any state, so not one in TIME_WAIT either) and nothing answers on.
 spare_ports() {
     local used=" " hex var tries
+    # shellcheck disable=SC2013  # one hex port per line, no spaces: words are lines
     for hex in $(awk 'FNR > 1 { n = split($2, a, ":"); print a[n] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null); do
         used+="$((16#$hex)) "
     done
