@@ -30,7 +30,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from redis.asyncio import Redis
 
 from contracts import topics
-from tests.integration.service_choice import choose, docker_answers
+from tests.integration.service_choice import ServiceChoiceError, choose, docker_answers
 from workers.ingress import OutgoingRecord
 from workers.normalize import ensure_topics
 from workers.settings import WorkerSettings
@@ -52,7 +52,10 @@ SERVICE_ENV = ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL")
 def services() -> Iterator[dict[str, str]]:
     """``KAFKA_BOOTSTRAP_SERVERS`` and ``REDIS_URL`` of the session's services (see the module doc)."""
     given = {k: os.environ[k] for k in SERVICE_ENV if os.environ.get(k)}
-    path = choose(os.environ, docker_answers)
+    try:
+        path = choose(os.environ, docker_answers)
+    except ServiceChoiceError as exc:
+        pytest.exit(str(exc), returncode=2)
     if path == "given":
         yield given
     elif path == "testcontainers":

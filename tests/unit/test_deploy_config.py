@@ -56,3 +56,16 @@ def test_the_worker_code_builds_grpc_otlp_exporters_from_that_environment(worker
     assert [type(e).__module__ for e in metrics] == ["opentelemetry.exporter.otlp.proto.grpc.metric_exporter"]
     for exporter in spans + metrics:
         exporter.shutdown()
+
+
+def test_worker_image_copies_every_file_the_build_reads() -> None:
+    """`pip install .` in the image reads the readme and the licence files pyproject names."""
+    import tomllib
+
+    project = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())["project"]
+    needed = {project["readme"], *project["license-files"], "pyproject.toml"}
+    copied = set()
+    for line in (DEPLOY / "worker.Dockerfile").read_text().splitlines():
+        if line.startswith("COPY "):
+            copied.update(line.split()[1:-1])
+    assert needed <= copied
