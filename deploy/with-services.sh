@@ -45,7 +45,7 @@ cleanup() {
     local rc=$? stop=() name
     trap - EXIT INT TERM
     if [[ -n "${KEEP_SERVICES:-}" ]]; then
-        [[ -z "$private" ]] || log "services kept: RW_STATE=$RW_STATE KAFKA_PORT=$KAFKA_PORT KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT REDIS_PORT=$REDIS_PORT; stop them with: RW_STATE=$RW_STATE KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT bash deploy/services.sh down"
+        [[ -z "$private" ]] || log "services kept: KAFKA_BOOTSTRAP_SERVERS=${KAFKA_BOOTSTRAP_SERVERS:-} REDIS_URL=${REDIS_URL:-} (RW_STATE=$RW_STATE KAFKA_PORT=$KAFKA_PORT KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT REDIS_PORT=$REDIS_PORT); stop them with: RW_STATE=$RW_STATE KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT bash deploy/services.sh down"
         exit "$rc"
     fi
     for name in kafka redis; do
