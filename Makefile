@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install reasonwire with its test dependencies
 
-services: ## start Kafka (KRaft, from Maven Central) and Redis on 127.0.0.1, idempotent
+services: ## start Kafka (KRaft) and Redis on 127.0.0.1:9092/6379 (KAFKA_PORT, REDIS_PORT), idempotent; refuses ports it did not take
 	bash deploy/services.sh up
 
 services-down: ## stop the local Kafka and Redis
