@@ -39,7 +39,7 @@ from redis.asyncio import Redis
 
 from contracts import topics
 from contracts.policy import PolicyBook
-from workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, OutputLimits
+from workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
 from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step
 from workers.settings import WorkerSettings
 from workers.store import ArtefactStore
@@ -331,7 +331,10 @@ class NormalizerWorker:
             log.warning("run %s line %d: %s", routed.envelope.run_id, warning.line, warning.message)
         if step.dead_letter is not None:  # codes and exception types only: never the record's content
             record = routed.record
-            log.warning(
+            # a late record is counted (metrics, DLQ), not logged at WARNING: a producer that keeps
+            # sending after its run ended must not flood the log
+            log.log(
+                logging.DEBUG if step.dead_letter is DeadLetterCode.RUN_ENDED else logging.WARNING,
                 "run %s: record at partition %d offset %d dead-lettered (%s)%s",
                 routed.envelope.run_id,
                 record.partition,
