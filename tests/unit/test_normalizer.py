@@ -143,12 +143,14 @@ def test_redelivered_record_after_a_crash_is_reprocessed_from_the_journal() -> N
     assert _events(replayed) == whole[len(_events(first_steps[:4])):]
 
 
-def test_stale_owner_restores_when_the_sequence_jumped() -> None:
+def test_a_held_run_is_never_restored_over_the_state_it_has_issue13() -> None:
+    """The old rule restored a held run from the journal whenever a record skipped ahead; with
+    the poll's own writes not yet in the store that rebuilt the run from nothing (finding 2)."""
     n = Normalizer()
     records = _records()
     _run_all(n, records[:3])
     later = n.route(records[6])
-    assert isinstance(later, RunInput) and n.needs_restore(later)
+    assert isinstance(later, RunInput) and not n.needs_restore(later)
 
 
 def test_silent_ingress_closes_the_run_as_interrupted() -> None:

@@ -197,6 +197,9 @@ class _RunState:
     """Per accepted ``rw-seq``: a digest of the record, so a re-sent copy is told from a conflict."""
     broken: str | None = None
     """Re-feeding the journal raised (exception type): the run fails ``internal_error`` on its next record."""
+    ahead: dict[int, JournalEntry] = field(default_factory=dict)
+    """Journal entries past the state (accepted by an attempt whose offsets were not committed):
+    a record that comes again is checked against them (:meth:`Normalizer.accept`)."""
     room: tuple[int, int] = (0, 0)
     """The largest event value (trusted, public) that fits its topic with the run's headers."""
 
@@ -248,46 +251,52 @@ class Normalizer:
         return Step(outbound=[self._dead_letter(item.record, item.reason, item.code)], dead_letter=item.code)
 
     def needs_restore(self, item: RunInput) -> bool:
-        """True when the run is not held here, or is held but the record skips ahead of it (then
-        the journal tells a real gap from another owner having moved the run on)."""
-        if item.run in self._ended:
-            return False
-        state = self._runs.get(item.run)
-        return state is None or item.envelope.seq > state.next_seq
+        """True when the run is neither held here nor known to have ended here: its journal (and
+        ended marker) must be read first. A held run never needs it — partitions are handed over
+        through the rebalance listener, which drops the revoked partitions' runs, so what this
+        worker holds is never behind another owner."""
+        return item.run not in self._ended and item.run not in self._runs
 
     def restore(self, item: RunInput, journal: Iterable[JournalEntry], *, ended: bytes | str | bool | None) -> None:
-        """Rebuild the run from its journal (the entries before this record), or mark it ended.
+        """Rebuild the run from its journal, or mark it ended.
 
-        Only a contiguous prefix ``0, 1, 2 …`` of the journal is re-fed — the exact input the
-        run accepted — so the numbering continues where the previous owner stopped. A held run
-        the record skips ahead of is rebuilt only when the journal holds the record it is
-        missing (another worker advanced it); otherwise the gap is real and the held state
-        stays, for :meth:`accept` to end the run ``sequence_gap``. A run with no accepted input
-        is not created here: a data record starts it in :meth:`accept`, a control record for it
-        is dead-lettered (``unknown_run``)."""
-        held = self._runs.get(item.run)
+        The journal is the run's accepted input, ``0, 1, 2 …`` (only a contiguous prefix counts).
+        It is re-fed up to this record's ``rw-seq`` — the exact state the run had when the record
+        first came, so the numbering continues where the previous owner (or attempt) stopped and
+        a redelivered record publishes what it published before. The entries from the record on
+        are kept aside (``ahead``): they were accepted already, by an attempt whose offsets were
+        not committed, and :meth:`accept` checks the records that come again against them —
+        a record that differs from the entry for its ``rw-seq`` is a conflict, not new input.
+        A run with no accepted input is not created here: a data record starts it in
+        :meth:`accept`, a control record for it is dead-lettered (``unknown_run``)."""
         where = Ended.parse(ended)
+        self._runs.pop(item.run, None)
         if where is not None:
-            self._runs.pop(item.run, None)
             self._mark_ended(item.run, where)
             return
         entries = {entry.seq: entry for entry in journal}
-        if held is not None and held.next_seq not in entries:
-            return
-        self._runs.pop(item.run, None)
-        if 0 not in entries or item.envelope.seq == 0:
+        if 0 not in entries:
             return
         state = self._new_state(item)
+        self._runs[item.run] = state
+        self._catch_up(state, entries, upto=item.envelope.seq)
+        end = state.next_seq
+        while end in entries:
+            state.ahead[end] = entries[end]
+            end += 1
+
+    def _catch_up(self, state: _RunState, entries: dict[int, JournalEntry], *, upto: int) -> None:
+        """Re-feed accepted entries ``next_seq … upto-1`` (their outputs were published): the
+        numbering and the filters advance, nothing is emitted."""
         try:
-            while state.next_seq < item.envelope.seq and state.next_seq in entries:
-                entry = entries[state.next_seq]
+            while state.next_seq < upto and state.next_seq in entries:
+                entry = entries.pop(state.next_seq) if entries is state.ahead else entries[state.next_seq]
                 out = state.translator.feed(entry.value, sse_event=entry.sse_event)
-                self._apply(state, out, Step(), None, emit=False)  # same numbering and filters, no output
+                self._apply(state, out, Step(), None, emit=False)
                 state.digests.append(_digest(entry.value, entry.sse_event))
                 state.next_seq += 1
         except Exception as exc:  # deterministic: the same input raised (or not) when first accepted
             state.broken = type(exc).__name__
-        self._runs[item.run] = state
 
     # -- processing -----------------------------------------------------------------
 
@@ -304,6 +313,13 @@ class Normalizer:
                 reason = f"{env.control.value} record for a run with no accepted input"
                 return self._refuse(item, DeadLetterCode.UNKNOWN_RUN, reason)
             state = self._runs[key] = self._new_state(item)
+        if state.ahead and env.seq >= state.next_seq:
+            accepted = state.ahead.get(env.seq)
+            if accepted is not None and (env.control is not None or _digest(accepted.value, accepted.sse_event) != _digest(record.value, env.sse_event)):
+                reason = f"rw-seq {env.seq} was already accepted with different content"
+                return self._refuse(item, DeadLetterCode.DUPLICATE_CONFLICT, reason)
+            self._catch_up(state, state.ahead, upto=env.seq)  # records between came before this poll
+            state.ahead.pop(env.seq, None)
         if env.seq < state.next_seq:
             return self._duplicate(item, state)
         step = Step(run=key, thread_id=state.envelope.thread_id)
