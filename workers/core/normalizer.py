@@ -19,13 +19,22 @@ artefacts, before the offset is committed. A worker that meets a run it does
 not hold in memory — after a restart, a crash, or a partition moving to it —
 calls :meth:`Normalizer.restore` with the journal: the run's earlier events are
 re-fed to a fresh translator, their output discarded but counted, so the event
-numbering continues where the previous owner stopped. An in-memory run whose
-next expected sequence number is not the record's is stale (another worker
-advanced it) and is restored the same way. Redelivered records (``rw-seq``
-below the run's next) are skipped; a record of a run that already ended is
-skipped too. Output is at least once: a record redelivered after its outputs
-were published but before its offset was committed is published again with
-the same ``rw-event-seq``, so consumers can drop the duplicate.
+numbering continues where the previous owner stopped. Output is at least
+once: a record redelivered after its outputs were published but before its
+offset was committed is published again with the same ``rw-event-seq``, so
+consumers can drop the duplicate.
+
+Record accounting (issue 13, ``workers.core.delivery``): every raw record is
+processed, dead-lettered with a code, or counted as a redelivery. A run accepts
+its input strictly in ``rw-seq`` order; a gap ends it (``sequence_gap``), a
+different record under an accepted ``rw-seq`` is a conflict, a provider event
+after the end is dead-lettered (the ended marker keeps the offset the run ended
+at, so a redelivery is told from a late record), and a control record for a run
+with no accepted input makes no run. An exception while translating one record,
+or an output too large for its topic, ends that record's run and nothing else.
+Because only accepted input is journaled and every number is derived from it,
+``rw-event-seq`` is a function of the run's accepted input across restarts,
+rewinds and gaps.
 """
 
 from __future__ import annotations
