@@ -504,7 +504,10 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
     @app.on_startup
     async def _topics() -> None:
         await ensure_topics(settings)
-        worker.normalizer.limits = await output_limits(settings)
+        try:
+            worker.normalizer.limits = await output_limits(settings)
+        except Exception as exc:  # the defaults are Kafka's own: a worker still starts, and says so
+            log.warning("could not read the output topics' max.message.bytes (%s): assuming Kafka's default", type(exc).__name__)
         worker.producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", linger_ms=2)
         await worker.producer.start()
 
