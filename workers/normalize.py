@@ -118,6 +118,7 @@ class NormalizerWorker:
             if not records or self.closing:
                 return  # not committed: redelivered to whoever consumes next
             offsets = _offsets(records)
+            self._note_replay(offsets)
             await self._slots.acquire()
             trace = self.telemetry.batch(records).__enter__()
             try:
@@ -160,7 +161,7 @@ class NormalizerWorker:
                 await self._rewind(skip=set(revoked))
             for tp in revoked:
                 self._rewound.pop(tp, None)
-            dropped = self.normalizer.forget_partitions([tp.partition for tp in revoked])
+            dropped = self.normalizer.forget_partitions([tp.partition for tp in revoked], revoked=True)
             self.telemetry.forget([tp.partition for tp in revoked])
         log.info("partitions revoked: %d open runs handed over", dropped)
 
@@ -169,6 +170,14 @@ class NormalizerWorker:
         self.closing = True
         async with self.lock:
             await self._settle()
+
+    def _note_replay(self, offsets: dict[TopicPartition, tuple[int, int]]) -> None:
+        """A partition first fetched here: up to its log end, a previous owner may have published
+        outputs it did not commit; the core judges no timeout there until it is past them."""
+        for tp in offsets:
+            if not self.normalizer.knows(tp.partition):
+                end = self.consumer.highwater(tp) if self.consumer is not None else None
+                self.normalizer.replay_until(tp.partition, end if end is not None else -1)
 
     # -- the pipeline ------------------------------------------------------------------
 

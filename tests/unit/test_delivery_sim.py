@@ -257,6 +257,9 @@ class Worker:
         return self.n.accept(routed, now=0.0)
 
     def poll(self, rng: random.Random, faulty: bool) -> None:
+        for p, log in self.world.logs.items():  # ``_note_replay``: the log end when a partition is first fetched
+            if not self.n.knows(p):
+                self.n.replay_until(p, len(log))
         records = []
         for p, log in self.world.logs.items():
             take = rng.randint(1, 4)
@@ -345,7 +348,7 @@ class World:
 # -- the simulation ----------------------------------------------------------------------
 
 
-def simulate(scenario: Scenario, rng: random.Random, *, faults: bool) -> tuple[list[Outbound], int]:
+def simulate(scenario: Scenario, rng: random.Random, *, faults: bool, timeouts: bool = False) -> tuple[list[Outbound], int]:
     """Run the protocol until every partition is committed to its end; returns what was
     published and how many actions it took."""
     world = World(scenario.logs)
@@ -366,9 +369,13 @@ def simulate(scenario: Scenario, rng: random.Random, *, faults: bool) -> tuple[l
                 worker = Worker(world, normalizers[owner])
             elif faulty and roll < 0.07:  # a rebalance: the partitions move to the other worker and back
                 worker.settle(rng)  # ``forget``: what is in flight is committed, then the runs are dropped
-                worker.n.forget_partitions(world.logs)
+                worker.n.forget_partitions(world.logs, revoked=True)
                 owner = 1 - owner
                 worker = Worker(world, normalizers[owner])
+            elif timeouts and faulty and roll < 0.09 and len(worker.flights) < MAX_IN_FLIGHT:  # every open run times out
+                steps = worker.n.expire(now=0.0, timeout_s=0.0)
+                if steps:
+                    worker.flights.append(Flight(steps, {}))
             elif len(worker.flights) < MAX_IN_FLIGHT and roll < 0.55:
                 worker.poll(rng, faulty)
             elif worker.flights:
@@ -485,3 +492,21 @@ def test_the_simulation_can_fail_a_core_that_reuses_numbers_issue13(monkeypatch:
         except AssertionError:
             return
     pytest.fail("200 seeds and the old rule was never caught")
+
+
+def test_delivery_simulation_with_timeouts_never_reuses_numbers_issue13(stub_translators: None) -> None:
+    """Inactivity timeouts depend on the clock, so the outcome is not the reference's; what must
+    still hold: no two different events share (run, rw-event-seq), nothing follows a run's
+    terminal event, and no partition is wedged."""
+    for seed in range(max(1, SEEDS // 5)):
+        scenario = _scenario(random.Random(seed))
+        published, _ = simulate(scenario, random.Random(seed + 7), faults=True, timeouts=True)
+        events, _, _ = _by_identity(published)
+        clashes = {k: v for k, v in events.items() if len(v) > 1}
+        assert not clashes, f"seed {seed}: different events share (run, rw-event-seq): {sorted(clashes)[:3]}"
+        ends: dict[tuple[str, bytes | None], int] = {}
+        for (topic, key, seq), values in events.items():
+            if any(b'"RUN_FINISHED"' in v or b'"RUN_ERROR"' in v for v in values):
+                ends[(topic, key)] = min(seq, ends.get((topic, key), seq))
+        after = [(t, k, q) for (t, k, q) in events if (t, k) in ends and q > ends[(t, k)]]
+        assert not after, f"seed {seed}: events after a run's terminal event: {after[:3]}"

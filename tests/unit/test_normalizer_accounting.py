@@ -209,3 +209,46 @@ def test_route_never_raises_issue13_finding1() -> None:
     broken = RawRecord(b"k", b"v", object())  # type: ignore[arg-type]  # not even a header list
     routed = Normalizer().route(broken)
     assert isinstance(routed, DeadLetter) and routed.code is DeadLetterCode.UNREADABLE
+
+
+def test_a_timeout_is_journaled_so_a_restart_never_numbers_a_late_record_over_it_issue13() -> None:
+    """The timeout's RUN_ERROR went out, the worker died before the ended marker: the new owner
+    finds the decision in the journal, ends the run the same way (same events, same numbers) and
+    dead-letters the late record — it used to translate it into the number RUN_ERROR had."""
+    records = _records()
+    journal: dict[int, JournalEntry] = {}
+    first = Normalizer()
+    before = _feed(first, records[:7], journal)
+    [expired] = first.expire(now=10_000.0, timeout_s=300)
+    assert expired.journal_append is not None and expired.journal_append.seq == core.EXPIRED_SEQ
+    journal[expired.journal_append.seq] = expired.journal_append  # the poll's transaction, before the send
+    published = _events(before + [expired])
+    assert published[-1][1]["code"] == "inactivity_timeout"
+    second = Normalizer()  # crash before close_runs: no ended marker, the journal is still there
+    late = RawRecord(records[7].key, records[7].value, records[7].headers, 0, 7)
+    [step] = _feed(second, [late], journal)
+    assert _events([step]) == published[-len(_events([expired])):]  # the same RUN_ERROR, same number
+    assert _dead([step]) == [("run_ended", late.value)] and step.run_ended and step.ended_at == (0, 7)
+    [again] = _feed(second, [late])
+    assert again.skipped and not again.outbound
+
+
+def test_no_timeout_is_judged_while_records_that_may_be_published_are_redone_issue13() -> None:
+    """After a rewind (or on a partition first fetched) the records up to what was stepped (or to
+    the log end) may have been published already: a timeout between two of them would number its
+    RUN_ERROR over the later one's event. The core waits until it is past them."""
+    records = _records()
+    n = Normalizer()
+    _feed(n, records[:8])
+    n.forget_partitions([0])  # a rewind to offset 3
+    _feed(n, [records[0]])
+    journal = {i: JournalEntry(i, r.value or b"") for i, r in enumerate(records[:3])}
+    n.restore(n.route(records[3]), list(journal.values()), ended=False)  # type: ignore[arg-type]
+    _feed(n, [records[3]])
+    assert n.replaying(0) and n.expire(now=10_000.0, timeout_s=1) == []
+    _feed(n, records[4:8])
+    assert not n.replaying(0) and len(n.expire(now=10_000.0, timeout_s=1)) == 1
+    fresh = Normalizer()
+    fresh.replay_until(0, 20)  # the log end when this worker first fetched the partition
+    _feed(fresh, records[:5])
+    assert fresh.replaying(0) and fresh.expire(now=10_000.0, timeout_s=1) == []

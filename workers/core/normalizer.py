@@ -72,6 +72,8 @@ from workers.translators import implemented, translator_for
 
 
 _ENDED_MEMORY = 10_000
+EXPIRED_SEQ = -1
+"""The journal field under which an inactivity timeout is recorded (its value: the timeout, in seconds)."""
 """How many ended runs a worker remembers locally; older ones are found in the store."""
 
 
@@ -206,6 +208,8 @@ class _RunState:
     """Per accepted ``rw-seq``: a digest of the record, so a re-sent copy is told from a conflict."""
     broken: str | None = None
     """Re-feeding the journal raised (exception type): the run fails ``internal_error`` on its next record."""
+    expired: str | None = None
+    """The journal says the run timed out (after its last entry): the timeout, as journaled."""
     ahead: dict[int, JournalEntry] = field(default_factory=dict)
     """Journal entries past the state (accepted by an attempt whose offsets were not committed):
     a record that comes again is checked against them (:meth:`Normalizer.accept`)."""
@@ -233,11 +237,19 @@ class Normalizer:
         self._ended: OrderedDict[RunKey, Ended] = OrderedDict()
         """Runs that ended here recently, and where, so late records are judged without a lookup."""
         self._grammars = frozenset(g.value for g in implemented())
+        self._stepped: dict[int, int] = {}
+        """Partition → offset of the last raw record routed (goes back after a rewind)."""
+        self._replay: dict[int, int] = {}
+        """Partition → the highest offset that may have been published already: stepped before a
+        rewind, or in the log when this worker first fetched the partition (``replay_until``)."""
 
     # -- routing --------------------------------------------------------------------
 
     def route(self, record: RawRecord) -> DeadLetter | RunInput:
         """What the record is: input for a run, or a dead letter (never raises)."""
+        self._stepped[record.partition] = record.offset
+        if record.offset > self._replay.get(record.partition, -1):
+            self._replay[record.partition] = record.offset
         try:
             return self._route(record)
         except Exception as exc:  # whatever the headers hold, the record is accounted for
@@ -254,6 +266,20 @@ class Normalizer:
         if record.key is not None and record.key != envelope.run_id.encode():
             return DeadLetter(record, f"record key differs from {HEADER_RUN_ID}: ordering per run is not guaranteed")
         return RunInput(record, envelope, RunKey(envelope.tenant, envelope.run_id))
+
+    def replay_until(self, partition: int, end_offset: int) -> None:
+        """The partition's log ended at ``end_offset`` when this worker first fetched it: a previous
+        owner may have published outputs of any record before it (it died before committing)."""
+        self._replay[partition] = max(self._replay.get(partition, -1), end_offset - 1)
+
+    def knows(self, partition: int) -> bool:
+        return partition in self._replay
+
+    def replaying(self, partition: int) -> bool:
+        """Records of this partition that may have been published are being stepped again: no
+        timeout is judged there until they are past (a timeout between two of them would number
+        its ``RUN_ERROR`` over an event already published for the later one)."""
+        return self._stepped.get(partition, -1) < self._replay.get(partition, -1)
 
     def reject(self, item: DeadLetter) -> Step:
         """The step for a record :meth:`route` refused: its dead letter, nothing else."""
@@ -284,10 +310,13 @@ class Normalizer:
             self._mark_ended(item.run, where)
             return
         entries = {entry.seq: entry for entry in journal}
+        expired = entries.pop(EXPIRED_SEQ, None)
         if 0 not in entries:
             return
         state = self._new_state(item)
         self._runs[item.run] = state
+        if expired is not None:
+            state.expired = expired.value.decode("ascii", "replace")
         self._catch_up(state, entries, upto=item.envelope.seq)
         end = state.next_seq
         while end in entries:
@@ -328,7 +357,11 @@ class Normalizer:
                 reason = f"rw-seq {env.seq} was already accepted with different content"
                 return self._refuse(item, DeadLetterCode.DUPLICATE_CONFLICT, reason)
             self._catch_up(state, state.ahead, upto=env.seq)  # records between came before this poll
-            state.ahead.pop(env.seq, None)
+            redone = state.ahead.pop(env.seq, None) is not None
+        else:
+            redone = False
+        if state.expired is not None and not state.ahead and not redone and env.seq >= state.next_seq:
+            return self._after_expiry(item, state)
         if env.seq < state.next_seq:
             return self._duplicate(item, state)
         step = Step(run=key, thread_id=state.envelope.thread_id)
@@ -344,6 +377,8 @@ class Normalizer:
         marks = (state.event_seq, state.public_seq)
         try:
             self._translate(state, item, step, now)
+            if state.expired is not None and not state.ahead and not step.run_ended:  # redone up to the timeout
+                self._expire_run(state, step, state.expired)
         except Exception as exc:  # this record's outputs cannot be made or cannot be published
             state.event_seq, state.public_seq = marks
             step.outbound.clear()
@@ -355,6 +390,17 @@ class Normalizer:
             else:
                 step.error = type(exc).__name__
                 self._fail(state, step, item, DeadLetterCode.INTERNAL_ERROR, f"translating the record failed ({step.error})")
+        return step
+
+    def _after_expiry(self, item: RunInput, state: _RunState) -> Step:
+        """A record of a run whose timeout a previous owner journaled: end the run as it did (the
+        same events, numbers included), then judge the record as one after the end."""
+        step = Step(run=item.run, thread_id=state.envelope.thread_id)
+        state.last_offset = item.record.offset  # the ended marker: this record and earlier ones are judged
+        self._expire_run(state, step, state.expired or "")
+        late = self._after_end(item, Ended(item.record.partition, item.record.offset - 1))  # this one came after the end
+        step.outbound += late.outbound
+        step.dead_letter = late.dead_letter
         return step
 
     def _translate(self, state: _RunState, item: RunInput, step: Step, now: float) -> None:
@@ -371,32 +417,47 @@ class Normalizer:
         state.digests.append(_digest(record.value, env.sse_event))
 
     def expire(self, *, now: float | None = None, timeout_s: float) -> list[Step]:
-        """Close runs whose ingress went silent for ``timeout_s`` (RUN_ERROR, interrupted)."""
+        """Close runs whose ingress went silent for ``timeout_s`` (RUN_ERROR, interrupted).
+
+        The decision is journaled (entry ``EXPIRED_SEQ``, in the same transaction as the rest of
+        the poll, before the ``RUN_ERROR`` is sent): a timeout depends on the clock, not on the
+        log, so a worker that restores the run after a crash must find it, not decide again —
+        a late record would otherwise be translated into the number the ``RUN_ERROR`` took."""
         now = time.monotonic() if now is None else now
         steps = []
         for key, state in list(self._runs.items()):
+            if state.ahead or self.replaying(state.partition):  # its input is being redone, not idle
+                continue
             if now - state.last_seen >= timeout_s:
                 step = Step(run=key, thread_id=state.envelope.thread_id)
-                marks = (state.event_seq, state.public_seq)
-                try:
-                    translation = state.translator.abort(
-                        f"no input for {timeout_s:g}s: the ingress vanished", code=ErrorCode.INACTIVITY_TIMEOUT
-                    )
-                    self._apply(state, translation, step, None)
-                    if not step.run_ended:  # the translator had ended already: close the run anyway
-                        self._end(state, step, state.base_headers)
-                except Exception as exc:
-                    state.event_seq, state.public_seq = marks
-                    step.outbound.clear()
-                    step.artefacts.clear()
-                    step.error = type(exc).__name__
-                    self._fail(state, step, None, DeadLetterCode.INTERNAL_ERROR, f"closing the run failed ({step.error})")
+                timeout = f"{timeout_s:g}"
+                step.journal_append = JournalEntry(EXPIRED_SEQ, timeout.encode())
+                self._expire_run(state, step, timeout)
                 steps.append(step)
         return steps
 
-    def forget_partitions(self, partitions: Iterable[int]) -> int:
-        """Drop the runs of partitions this worker no longer owns; the new owner restores them."""
+    def _expire_run(self, state: _RunState, step: Step, timeout: str) -> None:
+        """End the run ``inactivity_timeout`` — the same events whenever it is (re)done."""
+        marks = (state.event_seq, state.public_seq)
+        try:
+            translation = state.translator.abort(f"no input for {timeout}s: the ingress vanished", code=ErrorCode.INACTIVITY_TIMEOUT)
+            self._apply(state, translation, step, None)
+            if not step.run_ended:  # the translator had ended already: close the run anyway
+                self._end(state, step, state.base_headers)
+        except Exception as exc:
+            state.event_seq, state.public_seq = marks
+            step.outbound.clear()
+            step.artefacts.clear()
+            step.error = type(exc).__name__
+            self._fail(state, step, None, DeadLetterCode.INTERNAL_ERROR, f"closing the run failed ({step.error})")
+
+    def forget_partitions(self, partitions: Iterable[int], *, revoked: bool = False) -> int:
+        """Drop the runs of partitions this worker no longer owns (``revoked``: for good, until
+        assigned again) or is about to redo (a rewind); the runs are restored from the journal."""
         gone = set(partitions)
+        if revoked:  # another owner may publish there meanwhile: judge the log end again on return
+            for partition in gone:
+                self._replay.pop(partition, None)
         dropped = [k for k, s in self._runs.items() if s.partition in gone]
         for key in dropped:
             del self._runs[key]
