@@ -28,9 +28,11 @@ Checked for every seed, against a reference (the same core fed the same log once
   a bounded number of actions (commits never pass an unprocessed record: a crash restarts at
   the committed offset and must still publish everything).
 
+With inactivity timeouts (a clock decision, so no reference to compare with), a separate test
+checks that no two different events share a number and nothing follows a run's terminal event.
+
 Not simulated: the asyncio adapter code itself (this is a model of its ordering, checked by
-the integration tests on a live broker), inactivity timeouts (time-dependent by design),
-store loss (issue 13's epoch marker), and a revoked worker that keeps its runs (no listener
+the integration tests on a live broker), store loss (issue 13's epoch marker), and a revoked worker that keeps its runs (no listener
 call): aiokafka calls the listener before every rejoin; the journal check in
 ``Normalizer.restore`` catches a stale run on a gap or a duplicate, not on a record that
 happens to carry the stale run's next ``rw-seq``.
