@@ -196,12 +196,13 @@ async def test_a_bad_record_in_a_burst_never_reuses_an_event_number_issue13_find
     tag = f"f2{uuid.uuid4().hex[:6]}"
     k = 6
     cases: dict[str, tuple[RunEnvelope, list[OutgoingRecord]]] = {}
-    for kind in ("no-provider", "no-seq", "bad-seq", "other-key", "null-value", "out-of-order"):
+    for kind in ("no-provider", "no-seq", "bad-seq", "digit-seq", "other-key", "null-value", "out-of-order"):
         run, records = _run(f"{tag}-{kind}")
         bad = {
             "no-provider": lambda r: _with(r, drop="rw-provider"),
             "no-seq": lambda r: _with(r, drop="rw-seq"),
             "bad-seq": lambda r: _with(r, set_=("rw-seq", b"six")),
+            "digit-seq": lambda r: _with(r, set_=("rw-seq", "²".encode())),  # str.isdigit() says yes, int() raises
             "other-key": lambda r: _with(r, key=b"another-" + r.key),
             "null-value": lambda r: _with(r, value=None),
             "out-of-order": lambda r: r,

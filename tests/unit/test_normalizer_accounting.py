@@ -252,3 +252,10 @@ def test_no_timeout_is_judged_while_records_that_may_be_published_are_redone_iss
     fresh.replay_until(0, 20)  # the log end when this worker first fetched the partition
     _feed(fresh, records[:5])
     assert fresh.replaying(0) and fresh.expire(now=10_000.0, timeout_s=1) == []
+
+
+def test_a_unicode_digit_seq_is_an_invalid_envelope_not_an_exception_issue13() -> None:
+    record = _records()[1]
+    headers = tuple((k, "²".encode() if k == "rw-seq" else v) for k, v in record.headers)
+    routed = Normalizer().route(RawRecord(record.key, record.value, headers, 0, 1))
+    assert isinstance(routed, DeadLetter) and routed.code is DeadLetterCode.INVALID_ENVELOPE

@@ -113,7 +113,7 @@ class _Headers:
             grammar=Grammar(grammar) if grammar in v.GRAMMARS else None,
             model=text(HEADER_MODEL),
             thread_id=text(HEADER_THREAD_ID),
-            seq=int(seq) if seq is not None and seq.isdigit() else None,
+            seq=int(seq) if seq is not None and seq.isascii() and seq.isdigit() else None,  # int("²") raises
             control=text(HEADER_CONTROL) is not None,
             producer=_PROPAGATOR.extract(carrier, context=Context()) if carrier else Context(),
         )
