@@ -332,7 +332,7 @@ class NormalizerWorker:
             )
             return self.normalizer.reject(routed)
         if self.normalizer.needs_restore(routed):
-            # fetched for this poll, once; a run gone stale mid-poll reads its journal again
+            # fetched for this poll, once; a run met again in the poll after it ended reads it again
             journal, ended = journals.pop(routed.run, None) or await self.store.load_journal(routed.run)
             self.normalizer.restore(routed, journal, ended=ended)
         step = self.normalizer.accept(routed)

@@ -259,3 +259,15 @@ def test_a_unicode_digit_seq_is_an_invalid_envelope_not_an_exception_issue13() -
     headers = tuple((k, "²".encode() if k == "rw-seq" else v) for k, v in record.headers)
     routed = Normalizer().route(RawRecord(record.key, record.value, headers, 0, 1))
     assert isinstance(routed, DeadLetter) and routed.code is DeadLetterCode.INVALID_ENVELOPE
+
+
+def test_a_usage_record_that_cannot_be_serialized_costs_the_usage_not_the_run_issue18(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(_: Any) -> bytes:
+        raise TypeError("max depth")
+
+    monkeypatch.setattr(core, "record_json", refuse)
+    steps = _feed(Normalizer(), _records())
+    events = _events(steps)
+    assert events[-1][1]["type"] == "RUN_FINISHED"  # the run's own events are fine
+    assert not [o for s in steps for o in s.outbound if o.topic == topics.USAGE]
+    assert any(w.code == "usage_unavailable" for s in steps for w in s.warnings)

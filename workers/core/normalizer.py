@@ -604,14 +604,15 @@ class Normalizer:
     def _end(self, state: _RunState, step: Step, headers: KafkaHeaders) -> None:
         env = state.envelope
         if state.policy.publish_usage:
-            try:
+            try:  # a run failed before its translator started, or by the translator's fault: no usage
                 usage = state.translator.usage_record(tenant=env.tenant)
-            except Exception:  # a run failed before its translator started, or by the translator's fault
-                usage = None
-            if usage is not None:
-                for problem in usage.tokens.inconsistencies():
+                problems = usage.tokens.inconsistencies()
+                blob = record_json(usage)  # may refuse what the translator let through (issue 18)
+            except Exception as exc:
+                step.warnings.append(TranslatorWarning("usage_unavailable", f"no usage record ({type(exc).__name__})", state.translator.line))
+            else:
+                for problem in problems:
                     step.warnings.append(TranslatorWarning("usage_inconsistent", problem, state.translator.line))
-                blob = record_json(usage)
                 if self.limits.fits(topics.USAGE, env.run_id.encode(), blob, headers):
                     step.outbound.append(Outbound(topics.USAGE, env.run_id.encode(), blob, list(headers)))
         step.run_ended = True
