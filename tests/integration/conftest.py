@@ -261,7 +261,8 @@ class Collector:
             batch = await self.consumer.getmany(timeout_ms=500)
             for records in batch.values():
                 for m in records:
-                    headers = {k: v.decode() for k, v in m.headers}
+                    # a dead letter carries the raw record's headers, which need not be UTF-8 (or present)
+                    headers = {k: v.decode("utf-8", "replace") if v is not None else "" for k, v in m.headers}
                     if m.topic == topics.EVENTS:
                         self.events[headers["rw-run-id"]][int(headers["rw-event-seq"])].append(orjson.loads(m.value))
                     elif m.topic == topics.EVENTS_PUBLIC:
