@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -123,3 +126,38 @@ async def test_a_record_the_broker_refuses_raises_in_the_caller(primed_group: An
         with pytest.raises(IngressError, match="did not take"):
             async with publisher.run(provider="anthropic-messages", run_id=run_id, thread_id=thread_id) as run:
                 await run.send(b'{"type":"ping","pad":"' + b"x" * 1024 + b'"}')
+
+
+async def test_ingest_command_publishes_lines_of_an_open_pipe_before_eof(primed_group: Any) -> None:
+    """`curl -N … | reasonwire ingest …`: records go out as lines arrive, not at end of input."""
+    run_id, thread_id = _ids("ingest-cli")
+    lines = CAPTURE.read_text().splitlines()
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": primed_group.kafka_bootstrap_servers}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "workers.cli", "ingest", "--provider", "anthropic-messages", "--run-id", run_id,
+        "--thread-id", thread_id, "--tenant", "acme", "-",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )
+    assert proc.stdin is not None
+    for line in lines[:3]:
+        proc.stdin.write(b"data: " + line.encode() + b"\n\n")
+        await proc.stdin.drain()
+        await asyncio.sleep(0.2)
+    early = await _raw_records(primed_group.kafka_bootstrap_servers, run_id, 3)
+    assert proc.returncode is None  # stdin still open, the command still running
+    assert [m.value for m in early] == [line.encode() for line in lines[:3]]
+    for line in lines[3:]:
+        proc.stdin.write(line.encode() + b"\n")  # bare payload lines work too
+    proc.stdin.close()
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert json.loads(out) == {"run_id": run_id, "published": len(lines), "outcome": "end"}
+    raw = await _raw_records(primed_group.kafka_bootstrap_servers, run_id, len(lines) + 1)
+    assert [m.value for m in raw[:-1]] == [line.encode() for line in lines]
+    assert dict(raw[-1].headers)["rw-control"] == b"end"
+
+
+def test_ingest_command_names_an_unreadable_file_in_one_line(tmp_path: Path) -> None:
+    from workers.cli import main
+
+    assert main(["ingest", "--provider", "anthropic-messages", "--run-id", "r", str(tmp_path / "missing.sse")]) == 2
