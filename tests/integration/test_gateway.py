@@ -202,3 +202,77 @@ async def _raw_values(bootstrap: str, run_id: str, count: int) -> list[bytes]:
         return found
     finally:
         await consumer.stop()
+
+
+async def test_the_partition_the_gateway_reads_is_the_one_the_worker_wrote_the_run_to(spawn_worker: Any, primed_group: Any) -> None:
+    """Fan-out: murmur2(run id) picks one partition; the gateway reads only that one."""
+    from workers.gateway.fanout import partition_for
+
+    worker = spawn_worker()
+    worker.wait_assigned()
+    runs = [_ids("gw-part") for _ in range(8)]
+    for run_id, thread_id in runs:
+        await _publish(primed_group.kafka_bootstrap_servers, run_id, thread_id, CAPTURE.read_text().splitlines()[:3])
+    wanted = {run_id.encode() for run_id, _ in runs}
+    consumer = AIOKafkaConsumer(topics.EVENTS, topics.EVENTS_PUBLIC, bootstrap_servers=primed_group.kafka_bootstrap_servers, group_id=None, auto_offset_reset="earliest")
+    await consumer.start()
+    seen: dict[tuple[str, bytes], set[int]] = {}
+    try:
+        for _ in range(120):
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                for m in records:
+                    if m.key in wanted:
+                        seen.setdefault((m.topic, m.key), set()).add(m.partition)
+            if len(seen) == 2 * len(runs):
+                break
+        counts = {t: len(consumer.partitions_for_topic(t) or ()) for t in (topics.EVENTS, topics.EVENTS_PUBLIC)}
+    finally:
+        await consumer.stop()
+    assert len(seen) == 2 * len(runs)
+    assert len({p for parts in seen.values() for p in parts}) > 1  # the runs are spread, not all on one
+    for (topic, key), partitions in seen.items():
+        assert partitions == {partition_for(key.decode(), counts[topic])}
+
+
+async def test_post_agent_refuses_without_a_key_a_bad_body_another_tenants_thread_and_an_ungranted_audience(gateway: GatewayProcess, primed_group: Any) -> None:
+    run_id, thread_id = _ids("gw-agent-refusals")
+    body = {"threadId": thread_id, "runId": run_id, "messages": [{"id": "u1", "role": "user", "content": "hi"}], "state": {}, "tools": [], "context": [], "forwardedProps": {}}
+    async with httpx.AsyncClient(timeout=60) as client:
+        agent = f"{gateway.url}/v1/agent"
+        assert (await client.post(agent, json=body)).status_code == 401
+        bad = await client.post(agent, json={"threadId": thread_id}, headers=auth("acme-public"))
+        assert bad.status_code == 422 and "RunAgentInput" in bad.json()["error"]
+        assert (await client.post(agent, content=b"{not json", headers=auth("acme-public"))).status_code == 400
+        assert (await client.post(agent + "?audience=internal", json=body, headers=auth("acme-public"))).status_code == 403
+        # acme's thread from now on (no agent service runs here: the stream ends with RUN_ERROR after the timeout)
+        async with client.stream("POST", agent, json=body, headers=auth("acme-public")) as response:
+            assert response.status_code == 200
+            text = (await response.aread()).decode()
+        assert '"type":"RUN_ERROR"' in text and "agent_timeout" in text
+        other = await client.post(agent, json={**body, "runId": run_id + "-2"}, headers=auth("globex-key"))
+        assert other.status_code == 404  # another tenant's thread
+
+
+async def test_post_agent_publishes_a_versioned_run_request_keyed_by_thread(gateway: GatewayProcess, primed_group: Any) -> None:
+    from contracts.run_request import RunRequest
+
+    run_id, thread_id = _ids("gw-agent-request")
+    body = {"threadId": thread_id, "runId": run_id, "messages": [{"id": "u1", "role": "user", "content": "hi"}], "state": {}, "tools": [], "context": [], "forwardedProps": {"x": 1}}
+    consumer = AIOKafkaConsumer(topics.REQUESTS, bootstrap_servers=primed_group.kafka_bootstrap_servers, group_id=None, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        async with httpx.AsyncClient(timeout=60) as client:
+            async with client.stream("POST", f"{gateway.url}/v1/agent", json=body, headers=auth("acme-internal")) as response:
+                assert response.status_code == 200
+                found = None
+                for _ in range(60):
+                    for records in (await consumer.getmany(timeout_ms=500)).values():
+                        found = next((m for m in records if m.key == thread_id.encode()), found)
+                    if found:
+                        break
+    finally:
+        await consumer.stop()
+    assert found is not None
+    request = RunRequest.model_validate_json(found.value)
+    assert (request.schema_, request.tenant, request.thread_id, request.run_id, request.audience) == ("reasonwire.run.request.v1", "acme", thread_id, run_id, "public")
+    assert request.input == body  # the client's RunAgentInput, untouched
