@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FIXTURES ?= $(abspath ../shared/fixtures)
 
 .DEFAULT_GOAL := help
-.PHONY: help install services services-down test test-unit run translate-samples clean
+.PHONY: help install services services-down test test-unit run gateway e2e-deps translate-samples clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -48,9 +48,26 @@ run: $(STAMP) ## the whole pipeline on the sample streams: services, worker, pub
 	fi; \
 	if bash deploy/services.sh status >/dev/null 2>&1; then started=no; else started=yes; fi; \
 	set -a; eval "$$(bash deploy/services.sh up)"; set +a; \
+	RW_DEMO_KEY=$${RW_DEMO_KEY:-demo-$$RANDOM$$RANDOM}; RW_GATEWAY_URL=http://127.0.0.1:$(GATEWAY_PORT); export RW_DEMO_KEY RW_GATEWAY_URL; \
+	RW_GATEWAY_KEYS="{\"keys\":[{\"sha256\":\"$$(printf %s $$RW_DEMO_KEY | sha256sum | cut -d' ' -f1)\",\"tenant\":\"demo\",\"audiences\":[\"public\",\"internal\"]}]}" \
+	  $(VENV)/bin/reasonwire gateway --port $(GATEWAY_PORT) & gw=$$!; \
 	RW_SAMPLES=$(FIXTURES) $(VENV)/bin/reasonwire demo; rc=$$?; \
+	if [ -z "$${KEEP_SERVICES:-}" ]; then kill $$gw 2>/dev/null; else echo "gateway (pid $$gw) keeps running on $$RW_GATEWAY_URL"; fi; \
 	if [ "$$started" = yes ] && [ -z "$${KEEP_SERVICES:-}" ]; then bash deploy/services.sh down >/dev/null 2>&1 || true; fi; \
 	exit $$rc
+
+GATEWAY_PORT ?= 8780
+
+# The gateway's end-to-end tests drive the real @ag-ui/client (Node) and Debian's chromium; they
+# skip, saying so, where node / chromium are missing. CI runs this before `make test` (root, apt).
+e2e-deps: ## install what the gateway e2e tests need: Node.js + npm, chromium (apt), the pinned npm packages
+	@command -v node >/dev/null && command -v npm >/dev/null && command -v chromium >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm chromium; }
+	cd tests/e2e_node && npm ci --no-audit --no-fund
+
+gateway: $(STAMP) ## run `reasonwire gateway` (AG-UI SSE, HttpAgent endpoint, HTTP ingress, viewer) on GATEWAY_PORT; keys from RW_GATEWAY_KEYS(_FILE)
+	@set -a; eval "$$(bash deploy/services.sh up)"; set +a; \
+	$(VENV)/bin/reasonwire gateway --port $(GATEWAY_PORT)
 
 translate-samples: $(STAMP) ## run `reasonwire translate` over every sample stream in ../shared/fixtures
 	@mkdir -p out
