@@ -88,6 +88,12 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
+def _cpu_s(pid: int) -> float:
+    """utime + stime of a process, in seconds (/proc/<pid>/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -152,6 +158,7 @@ async def _drive(bootstrap: str, url: str, gateway_pid: int, *, clients: int, ru
     arrivals: list[list[tuple[str, int, float]]] = [[] for _ in range(clients)]
     baseline: list[tuple[str, int, float]] = []
     rss_idle = _rss_mb(gateway_pid)
+    cpu_before, harness_before = _cpu_s(gateway_pid), time.process_time()
     peak = {"rss": rss_idle}
 
     limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
@@ -220,6 +227,7 @@ async def _drive(bootstrap: str, url: str, gateway_pid: int, *, clients: int, ru
         await asyncio.wait_for(baseline_task, 60)
         memory_task.cancel()
         health = (await http.get(url + "/healthz")).json()
+    gateway_cpu, harness_cpu = _cpu_s(gateway_pid) - cpu_before, time.process_time() - harness_before
 
     def latencies(seen: list[tuple[str, int, float]]) -> list[float]:
         return [at - sent[run_id][sources[run_id][seq]] for run_id, seq, at in seen if 0 <= seq < len(sources[run_id])]
@@ -245,6 +253,10 @@ async def _drive(bootstrap: str, url: str, gateway_pid: int, *, clients: int, ru
         "gateway_rss_idle_mb": round(rss_idle, 1),
         "gateway_rss_peak_mb": round(peak["rss"], 1),
         "gateway_rss_per_client_kb": round((peak["rss"] - rss_idle) * 1024 / clients, 1),
+        "gateway_cpu_s": round(gateway_cpu, 2),
+        "gateway_cpu_us_per_delivered_event": round(gateway_cpu * 1e6 / max(1, len(via_gateway)), 1),
+        "harness_cpu_s": round(harness_cpu, 2),
+        "load_average_1m": os.getloadavg()[0],
         "partition_readers": health["readers"],
         "clients_served": health["served"],
     }
@@ -262,6 +274,8 @@ def render(r: dict[str, Any]) -> str:
         f"| added by the gateway p50 / p99 | {a['p50']} / {a['p99']} ms |\n"
         f"| events delivered / expected | {r['events_delivered']} / {r['events_expected']} |\n"
         f"| gateway RSS idle / peak / per client | {r['gateway_rss_idle_mb']} MB / {r['gateway_rss_peak_mb']} MB / {r['gateway_rss_per_client_kb']} KB |\n"
+        f"| gateway CPU / per delivered event; harness CPU | {r['gateway_cpu_s']} s / {r['gateway_cpu_us_per_delivered_event']} µs; {r['harness_cpu_s']} s |\n"
+        f"| load average (1 min) at the end, 2-core shared machine | {r['load_average_1m']} |\n"
         f"| Kafka consumers in the gateway (partition readers) for {r['clients']} clients | {r['partition_readers']} |\n"
     )
 
