@@ -214,7 +214,10 @@ async def agent(request: Request) -> Response:
         return _error(503, f"the run request could not be published ({type(exc).__name__})")
 
     async def events() -> AsyncIterator[bytes]:
-        run = await reader.find(principal.tenant, run_input.run_id, gw.settings.first_event_timeout_s)
+        try:
+            run = await reader.find(principal.tenant, run_input.run_id, gw.settings.first_event_timeout_s)
+        except TimeoutError:
+            run = None
         if run is None or run.thread_id != run_input.thread_id:
             error = {"type": "RUN_ERROR", "message": "no agent service answered this run request in time", "code": "agent_timeout"}
             yield b"data: " + orjson.dumps(error) + b"\n\n"

@@ -133,6 +133,10 @@ class PartitionReader:
         self._task: asyncio.Task[None] | None = None
         self.records = 0
 
+    @property
+    def failed(self) -> bool:
+        return self._task is not None and self._task.done()
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._read(), name=f"reader-{self.tp.topic}-{self.tp.partition}")
 
@@ -243,7 +247,7 @@ class Fanout:
     async def reader(self, topic: str, run_id: str) -> PartitionReader:
         partition = partition_for(run_id, await self.partitions(topic))
         reader = self.readers.get((topic, partition))
-        if reader is None:
+        if reader is None or reader.failed:  # a reader whose consumer died is replaced, not waited on
             reader = self.readers[(topic, partition)] = PartitionReader(
                 self._bootstrap, topic, partition, lookback_s=self._lookback_s, max_runs=self._max_runs
             )
