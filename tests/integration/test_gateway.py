@@ -276,3 +276,37 @@ async def test_post_agent_publishes_a_versioned_run_request_keyed_by_thread(gate
     request = RunRequest.model_validate_json(found.value)
     assert (request.schema_, request.tenant, request.thread_id, request.run_id, request.audience) == ("reasonwire.run.request.v1", "acme", thread_id, run_id, "public")
     assert request.input == body  # the client's RunAgentInput, untouched
+
+
+async def test_http_ingress_aborts_the_run_when_the_body_is_cut_off(gateway: GatewayProcess, primed_group: Any) -> None:
+    """A producer that drops mid-body: what arrived is published, then abort (the run ends interrupted)."""
+    run_id, thread_id = _ids("gw-http-cut")
+    lines = CAPTURE.read_text().splitlines()
+
+    async def body() -> Any:
+        for line in lines[:3]:
+            yield f"data: {line}\n\n".encode()
+        await asyncio.sleep(0.5)
+        raise ConnectionResetError("producer dropped")
+
+    headers = {**auth("acme-public"), "RW-Run-Id": run_id, "RW-Thread-Id": thread_id}
+    async with httpx.AsyncClient(timeout=30) as client:
+        with pytest.raises((ConnectionResetError, httpx.HTTPError)):
+            await client.post(f"{gateway.url}/v1/ingest/anthropic-messages", content=body(), headers=headers)
+    consumer = AIOKafkaConsumer(bootstrap_servers=primed_group.kafka_bootstrap_servers, group_id=None)
+    await consumer.start()
+    try:
+        await consumer._client.force_metadata_update()  # noqa: SLF001
+        parts = [TopicPartition(topics.RAW, p) for p in consumer.partitions_for_topic(topics.RAW) or ()]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        found: list[Any] = []
+        for _ in range(60):
+            for batch in (await consumer.getmany(timeout_ms=300)).values():
+                found += [m for m in batch if m.key == run_id.encode()]
+            if found and dict(found[-1].headers).get("rw-control"):
+                break
+    finally:
+        await consumer.stop()
+    assert [m.value for m in found[:-1]] == [line.encode() for line in lines[:3]]
+    assert dict(found[-1].headers)["rw-control"] == b"abort"
