@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from contracts.grammars import Grammar
+from workers import ingress_cli
 from workers.core.translator import Translation, Translator
 from workers.core.wire import event_json, record_json
-from workers import ingress_cli
 from workers.gateway import command as gateway_command
 from workers.replay import command as replay_command
 from workers.sse import ProviderEvent, read_events
