@@ -310,3 +310,15 @@ async def test_http_ingress_aborts_the_run_when_the_body_is_cut_off(gateway: Gat
         await consumer.stop()
     assert [m.value for m in found[:-1]] == [line.encode() for line in lines[:3]]
     assert dict(found[-1].headers)["rw-control"] == b"abort"
+
+
+def test_gateway_with_an_unreachable_broker_says_so_in_one_line_without_a_traceback() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "RW_GATEWAY_KEYS": '{"keys": []}'}
+    done = subprocess.run([sys.executable, "-m", "workers.cli", "gateway", "--port", "1"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "reasonwire: cannot reach Kafka at KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1" in done.stderr
+    assert "Traceback" not in done.stderr

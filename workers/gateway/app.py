@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -295,7 +296,36 @@ def create_app(settings: GatewaySettings | None = None, keys: KeyBook | None = N
     return Starlette(routes=routes, lifespan=lifespan)
 
 
-def serve(host: str, port: int, **_: Any) -> None:
+async def unreachable(settings: GatewaySettings) -> str | None:
+    """One line naming a service the gateway cannot reach at start-up (a setting the operator got
+    wrong is said plainly, not as uvicorn's start-up traceback), or None."""
+    from redis.exceptions import RedisError
+
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers)
+    try:
+        await producer.start()
+    except KafkaError as exc:
+        return f"cannot reach Kafka at KAFKA_BOOTSTRAP_SERVERS={settings.kafka_bootstrap_servers} ({type(exc).__name__})"
+    finally:
+        await producer.stop()
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        await redis.ping()
+    except (RedisError, OSError) as exc:
+        return f"cannot reach Redis at REDIS_URL ({type(exc).__name__})"
+    finally:
+        await redis.aclose()
+    return None
+
+
+def serve(host: str, port: int, **_: Any) -> int:
+    import asyncio
+
     import uvicorn
 
+    if problem := asyncio.run(unreachable(GatewaySettings.from_env())):
+        print(f"reasonwire: {problem}", file=sys.stderr)
+        return 1
+    print(f"reasonwire gateway on http://{host}:{port} (viewer: /v1/viewer)", file=sys.stderr, flush=True)
     uvicorn.run(create_app(), host=host, port=port, log_level=os.environ.get("RW_GATEWAY_LOG_LEVEL", "warning"))
+    return 0

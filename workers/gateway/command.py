@@ -28,6 +28,4 @@ def run(args: argparse.Namespace) -> int:
         print("reasonwire: warning: no API keys (RW_GATEWAY_KEYS_FILE / RW_GATEWAY_KEYS): every /v1 request gets 401", file=sys.stderr)
     from workers.gateway.app import serve
 
-    print(f"reasonwire gateway on http://{args.host}:{args.port} (viewer: /v1/viewer)", file=sys.stderr, flush=True)
-    serve(args.host, args.port)
-    return 0
+    return serve(args.host, args.port)
