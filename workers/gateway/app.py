@@ -57,9 +57,9 @@ class GatewaySettings:
     """``RW_GATEWAY_KEEPALIVE_S``: a comment is sent when a run is quiet this long (proxies close idle streams)."""
     first_event_timeout_s: float = 30.0
     """``RW_GATEWAY_FIRST_EVENT_TIMEOUT_S``: how long a request waits for a run that has not started."""
-    lookback_s: float = 24 * 3600
+    lookback_s: float = 3600
     """``RW_GATEWAY_LOOKBACK_S``: how far back a partition reader starts (ended runs served whole)."""
-    max_runs: int = 10_000
+    max_runs: int = 2_000
     """``RW_GATEWAY_MAX_RUNS``: runs kept per partition reader (ended ones evicted first)."""
     partitions: int = 8
     """``RW_PARTITIONS``: partitions of ``reasoning.requests.v1`` when the gateway creates it."""

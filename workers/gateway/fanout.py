@@ -222,7 +222,7 @@ class PartitionReader:
 class Fanout:
     """Per process: the partition readers, started on demand."""
 
-    def __init__(self, bootstrap: str, *, lookback_s: float = 24 * 3600, max_runs: int = 10_000) -> None:
+    def __init__(self, bootstrap: str, *, lookback_s: float = 3600, max_runs: int = 2_000) -> None:
         self._bootstrap = bootstrap
         self._lookback_s = lookback_s
         self._max_runs = max_runs
