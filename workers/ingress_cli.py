@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 import threading
@@ -44,13 +45,17 @@ def run(args: argparse.Namespace) -> int:
         return 130
 
 
-def _reader(source: BinaryIO, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[bytes]) -> None:
-    """A daemon thread: a blocking read of an open pipe must not keep the process alive at exit."""
+def _reader(source: BinaryIO, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes]) -> None:
+    """A daemon thread: a blocking read of an open pipe must not keep the process alive at exit.
+    ``os.read`` on the descriptor returns whatever has arrived (no waiting for a full buffer) and,
+    unlike a buffered reader, holds no lock the interpreter needs at shutdown after Ctrl-C."""
     try:
-        for line in iter(source.readline, b""):
-            loop.call_soon_threadsafe(lines.put_nowait, line)
+        while chunk := os.read(source.fileno(), 65536):
+            loop.call_soon_threadsafe(chunks.put_nowait, chunk)
+    except OSError:
+        pass
     finally:
-        loop.call_soon_threadsafe(lines.put_nowait, _EOF)
+        loop.call_soon_threadsafe(chunks.put_nowait, _EOF)
 
 
 async def _ingest(args: argparse.Namespace, source: BinaryIO) -> int:
@@ -63,8 +68,8 @@ async def _ingest(args: argparse.Namespace, source: BinaryIO) -> int:
     main = asyncio.current_task()
     assert main is not None
     loop.add_signal_handler(signal.SIGTERM, main.cancel)
-    lines: asyncio.Queue[bytes] = asyncio.Queue()
-    threading.Thread(target=_reader, args=(source, loop, lines), daemon=True).start()
+    chunks: asyncio.Queue[bytes] = asyncio.Queue()
+    threading.Thread(target=_reader, args=(source, loop, chunks), daemon=True).start()
     publisher = Publisher(WorkerSettings.from_env().kafka_bootstrap_servers, request_timeout_ms=15000)
     try:
         await publisher.start()
@@ -80,13 +85,13 @@ async def _ingest(args: argparse.Namespace, source: BinaryIO) -> int:
             model=args.model,
             issuer_scope=args.issuer_scope,
         ) as run:
-            while (line := await lines.get()) != _EOF:
-                await run.send(line)
+            while (chunk := await chunks.get()) != _EOF:
+                await run.feed(chunk)  # each line (SSE field or payload) goes out as soon as it is complete
     except IngressError as exc:
         print(f"reasonwire: {exc}", file=sys.stderr)
         return 1
     except asyncio.CancelledError:
-        print(json.dumps({"run_id": args.run_id, "published": run.published, "outcome": "abort"}))
+        print(json.dumps({"run_id": args.run_id, "published": run.published, "outcome": "abort"}), flush=True)
         return 130
     finally:
         await publisher.stop()

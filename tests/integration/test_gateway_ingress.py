@@ -161,3 +161,28 @@ def test_ingest_command_names_an_unreadable_file_in_one_line(tmp_path: Path) -> 
     from workers.cli import main
 
     assert main(["ingest", "--provider", "anthropic-messages", "--run-id", "r", str(tmp_path / "missing.sse")]) == 2
+
+
+async def test_ingest_command_interrupted_publishes_abort(primed_group: Any) -> None:
+    """Ctrl-C on `curl … | reasonwire ingest …`: what arrived is published, then abort."""
+    import signal
+
+    run_id, thread_id = _ids("ingest-sigint")
+    lines = CAPTURE.read_text().splitlines()
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": primed_group.kafka_bootstrap_servers}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "workers.cli", "ingest", "--provider", "anthropic-messages", "--run-id", run_id, "--thread-id", thread_id,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )
+    assert proc.stdin is not None
+    for line in lines[:2]:
+        proc.stdin.write(line.encode() + b"\n")
+    await proc.stdin.drain()
+    assert len(await _raw_records(primed_group.kafka_bootstrap_servers, run_id, 2)) == 2
+    proc.send_signal(signal.SIGINT)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 130, err.decode()
+    assert b"Traceback" not in err
+    assert json.loads(out) == {"run_id": run_id, "published": 2, "outcome": "abort"}
+    raw = await _raw_records(primed_group.kafka_bootstrap_servers, run_id, 3)
+    assert dict(raw[-1].headers)["rw-control"] == b"abort"
