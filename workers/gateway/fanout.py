@@ -107,11 +107,11 @@ class RunLog:
         index = after + 1
         while True:
             self.touched = time.monotonic()
-            while index < len(self.frames):
-                frame = self.frames[index]
-                index += 1
-                if frame:
-                    yield frame
+            if index < len(self.frames):  # everything available in one write: a burst costs one send
+                ready = b"".join(self.frames[index:])
+                index = len(self.frames)
+                if ready:
+                    yield ready
             if self.ended:
                 return
             if not await self.wait(keepalive_s):
