@@ -5,10 +5,23 @@ the thread index and the journal entries land together or not at all, before
 the outputs are published — one round trip per batch of records. Runs that
 ended are closed (journal dropped, ended marker set) in a second transaction
 after publishing, and the offsets are committed after that.
+
+Store loss (issue 13, finding 5). A Redis that restarts without its data (no
+persistence, ``SHUTDOWN NOSAVE`` without AOF, ``FLUSHALL``, a failover to an
+empty replica) would make the worker rebuild open runs from nothing and publish
+``rw-event-seq`` numbers already used by different events. The worker claims an
+*epoch* (:data:`EPOCH_KEY`, a hash with a random ``id``) at start; once claimed,
+every transaction and journal read carries ``HGET <epoch> id`` in the same round
+trip and raises :class:`StoreLost` when the id is missing or changed — before
+anything read from (or written to) the emptied store is acted on. After a loss
+the epoch records ``lost_ms``; until every journal of that time has expired
+(``journal_ttl_s``), :meth:`ArtefactStore.journal_intact` refuses to resume a
+run whose journal is not the complete prefix of its records (docs/reliability.md).
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Iterable, Sequence
 
@@ -21,6 +34,15 @@ from workers.core.wire import record_json
 
 _SSE_SEPARATOR = b"\x00"
 
+EPOCH_KEY = "rw:v1:epoch"
+"""Hash: ``id`` (random, written once per store lifetime), ``created_ms``, and ``lost_ms``
+once a worker found the store had lost data. Not hash-tagged: one per store (in Redis
+Cluster, read with its own slot's commands — the check is then a separate round trip)."""
+
+
+class StoreLost(Exception):
+    """The store's epoch is missing or changed: Redis lost (some of) its data."""
+
 
 class ArtefactStore:
     """Artefacts by tenant + thread + entityId, a per-thread index, and run journals."""
@@ -29,6 +51,57 @@ class ArtefactStore:
         self.redis = redis
         self.artefact_ttl_s = artefact_ttl_s
         self.journal_ttl_s = journal_ttl_s
+        self.epoch: str | None = None
+        """The epoch id this process works in; ``None`` (never claimed): no checks (tools, tests)."""
+        self.lost_ms: int | None = None
+        """When a worker last found this store had lost data (from the epoch hash)."""
+
+    # -- the epoch (store-loss detection) -------------------------------------------------
+
+    async def claim_epoch(self, *, lost: bool) -> str:
+        """Adopt the store's epoch, creating it if missing (``lost``: the caller knows data
+        existed before — e.g. the consumer group has committed offsets — so a missing epoch
+        means the store was wiped). Safe to race: the first ``HSETNX`` wins, all adopt it."""
+        now_ms = str(int(time.time() * 1000))
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hsetnx(EPOCH_KEY, "id", secrets.token_hex(8))
+        pipe.hsetnx(EPOCH_KEY, "created_ms", now_ms)
+        if lost:
+            pipe.hsetnx(EPOCH_KEY, "lost_ms", now_ms)
+        pipe.hgetall(EPOCH_KEY)
+        fields = (await pipe.execute())[-1]
+        self.epoch = fields[b"id"].decode()
+        self.lost_ms = int(fields[b"lost_ms"]) if b"lost_ms" in fields else None
+        return self.epoch
+
+    async def recover_from_loss(self) -> str:
+        """After :class:`StoreLost`: start (or adopt another worker's) new epoch marked lost."""
+        if self.epoch is not None:
+            current = await self.redis.hget(EPOCH_KEY, "id")
+            if current is not None and current.decode() == self.epoch:
+                await self.redis.hsetnx(EPOCH_KEY, "lost_ms", str(int(time.time() * 1000)))
+        return await self.claim_epoch(lost=True)
+
+    def loss_window(self, now_ms: int | None = None) -> bool:
+        """True while journals written before the last loss may still be asked for."""
+        if self.lost_ms is None:
+            return False
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        return now_ms - self.lost_ms < self.journal_ttl_s * 1000
+
+    def journal_intact(self, journal: Sequence[JournalEntry], ended: bool, seq: int) -> bool:
+        """Whether a run can be resumed from this journal at record ``seq``. Outside a loss
+        window: always (gaps are the core's business). Inside: the journal must be the complete
+        prefix ``0..n-1`` of the run's records with ``seq <= n`` — else entries vanished with the
+        store, and resuming would renumber events already published (issue 13, finding 5)."""
+        if ended or not self.loss_window():
+            return True
+        seqs = sorted(e.seq for e in journal)
+        return seqs == list(range(len(seqs))) and seq <= len(seqs)
+
+    def _check_epoch(self, reply: bytes | None) -> None:
+        if reply is None or reply.decode() != self.epoch:
+            raise StoreLost("the store's epoch is missing or changed: Redis lost data")
 
     async def apply(self, steps: Iterable[Step]) -> int:
         """Write the state of a batch of steps in one transaction; returns artefacts written."""
@@ -58,7 +131,11 @@ class ArtefactStore:
                 pipe.sadd(runs, run.run_id)
                 pipe.expire(runs, self.journal_ttl_s)
         if len(pipe):
-            await pipe.execute()
+            if self.epoch is not None:
+                pipe.hget(EPOCH_KEY, "id")  # in the transaction: the writes and the check see one store
+            replies = await pipe.execute()
+            if self.epoch is not None:
+                self._check_epoch(replies[-1])
         return written
 
     async def close_runs(self, steps: Iterable[Step]) -> None:
@@ -74,7 +151,11 @@ class ArtefactStore:
                 pipe.delete(journal_key(step.run.tenant, step.run.run_id))
                 pipe.set(ended_key(step.run.tenant, step.run.run_id), b"1", ex=self.journal_ttl_s)
         if len(pipe):
-            await pipe.execute()
+            if self.epoch is not None:
+                pipe.hget(EPOCH_KEY, "id")
+            replies = await pipe.execute()
+            if self.epoch is not None:
+                self._check_epoch(replies[-1])
 
     async def load_journal(self, run: RunKey) -> tuple[list[JournalEntry], bool]:
         """The raw events an open run has consumed so far, and whether the run already ended."""
@@ -87,7 +168,11 @@ class ArtefactStore:
         for run in runs:
             pipe.hgetall(journal_key(run.tenant, run.run_id))
             pipe.exists(ended_key(run.tenant, run.run_id))
+        if self.epoch is not None:
+            pipe.hget(EPOCH_KEY, "id")  # same round trip: a journal read from a wiped store is refused
         replies = await pipe.execute()
+        if self.epoch is not None:
+            self._check_epoch(replies[-1])
         return [(_journal_entries(replies[2 * i]), bool(replies[2 * i + 1])) for i in range(len(runs))]
 
     async def thread_artefacts(self, tenant: str, thread_id: str) -> list[ArtefactRecord]:
