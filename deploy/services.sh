@@ -167,8 +167,11 @@ redis_up() {
     mkdir -p "$REDIS_DIR"
     rm -f "$REDIS_PID"
     log "Redis: starting on $HOST:$REDIS_PORT (state in $REDIS_DIR)"
+    # AOF fsynced at every write: a terminal event is published only after its artefacts
+    # are on disk (docs/reliability.md: durable artefacts; cost measured there).
     redis-server \
         --bind "$HOST" --port "$REDIS_PORT" --protected-mode yes \
+        --appendonly yes --appendfsync always \
         --daemonize yes --dir "$REDIS_DIR" \
         --pidfile "$REDIS_PID" --logfile "$REDIS_LOG" >&2 9>&-
     local i
