@@ -158,7 +158,10 @@ class HealthServer:
                 status, body = 404, {"error": "not found: try /healthz or /readyz"}
         except Exception as exc:  # a probe that cannot even be answered is "not ready", not a crash
             status, body = 503, {"ready": False, "error": type(exc).__name__}
-        payload = orjson.dumps(body)
+        try:
+            payload = orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
+        except TypeError as exc:
+            status, payload = 503, orjson.dumps({"ready": False, "error": type(exc).__name__})
         reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[status]
         with contextlib.suppress(Exception):
             writer.write(

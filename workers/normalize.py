@@ -380,7 +380,7 @@ class NormalizerWorker:
             "partitions": sorted(tp.partition for tp in self.consumer.assignment()) if self.consumer is not None else [],
             "store_epoch": self.store.epoch,
             "store_lost_ms": self.store.lost_ms,
-            "lag": dict(sorted(self.health_metrics.lag.items())),
+            "lag": {str(p): n for p, n in sorted(self.health_metrics.lag.items())},
         }
 
     # -- stepping ----------------------------------------------------------------------

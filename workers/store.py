@@ -40,6 +40,17 @@ once a worker found the store had lost data. Not hash-tagged: one per store (in 
 Cluster, read with its own slot's commands — the check is then a separate round trip)."""
 
 
+_CLAIM_EPOCH = """
+if redis.call('HEXISTS', KEYS[1], 'id') == 0 then
+  redis.call('HSET', KEYS[1], 'id', ARGV[1], 'created_ms', ARGV[2])
+  if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'lost_ms', ARGV[2]) end
+end
+return redis.call('HGETALL', KEYS[1])
+"""
+"""Create the epoch only if it is missing (``lost`` marks a missing one as a loss), then read it:
+one atomic step, so racing workers all adopt the first one's epoch."""
+
+
 class StoreLost(Exception):
     """The store's epoch is missing or changed: Redis lost (some of) its data."""
 
@@ -61,26 +72,23 @@ class ArtefactStore:
     async def claim_epoch(self, *, lost: bool) -> str:
         """Adopt the store's epoch, creating it if missing (``lost``: the caller knows data
         existed before — e.g. the consumer group has committed offsets — so a missing epoch
-        means the store was wiped). Safe to race: the first ``HSETNX`` wins, all adopt it."""
+        means the store was wiped). Safe to race: one script creates or reads it atomically."""
         now_ms = str(int(time.time() * 1000))
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hsetnx(EPOCH_KEY, "id", secrets.token_hex(8))
-        pipe.hsetnx(EPOCH_KEY, "created_ms", now_ms)
-        if lost:
-            pipe.hsetnx(EPOCH_KEY, "lost_ms", now_ms)
-        pipe.hgetall(EPOCH_KEY)
-        fields = (await pipe.execute())[-1]
+        raw = await self.redis.eval(_CLAIM_EPOCH, 1, EPOCH_KEY, secrets.token_hex(8), now_ms, "1" if lost else "0")  # type: ignore[misc]
+        fields = dict(zip(raw[::2], raw[1::2], strict=True))
         self.epoch = fields[b"id"].decode()
         self.lost_ms = int(fields[b"lost_ms"]) if b"lost_ms" in fields else None
         return self.epoch
 
     async def recover_from_loss(self) -> str:
-        """After :class:`StoreLost`: start (or adopt another worker's) new epoch marked lost."""
-        if self.epoch is not None:
-            current = await self.redis.hget(EPOCH_KEY, "id")
-            if current is not None and current.decode() == self.epoch:
-                await self.redis.hsetnx(EPOCH_KEY, "lost_ms", str(int(time.time() * 1000)))
-        return await self.claim_epoch(lost=True)
+        """After :class:`StoreLost`: adopt the store's epoch (created here if missing) and make
+        sure it is marked lost — another worker may have re-created it without knowing."""
+        epoch = await self.claim_epoch(lost=True)
+        if self.lost_ms is None:
+            now_ms = str(int(time.time() * 1000))
+            await self.redis.hsetnx(EPOCH_KEY, "lost_ms", now_ms)
+            self.lost_ms = int(await self.redis.hget(EPOCH_KEY, "lost_ms") or now_ms)
+        return epoch
 
     def loss_window(self, now_ms: int | None = None) -> bool:
         """True while journals written before the last loss may still be asked for."""
