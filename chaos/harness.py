@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import platform
+import re
 import random
 import time
 import urllib.request
@@ -365,7 +366,9 @@ class Row:
 
 
 def _reason(reason: str) -> str:
-    return reason.split(":", 1)[0].split(" (", 1)[0][:40] or "?"
+    """A DLQ reason without its particulars (line numbers, header values): a table label."""
+    label = re.sub(r" at line \d+| \d+", "", reason.split(":", 1)[0].split(" (", 1)[0])
+    return label[:48] or "?"
 
 
 def check_run(run: Run, seen: Observed, row: Row) -> tuple[int, int, int, bool]:
