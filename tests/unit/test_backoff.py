@@ -116,3 +116,37 @@ def test_log_throttle_leaves_other_loggers_and_info_alone() -> None:
     assert all(throttle.filter(_record("joined group", level=logging.INFO)) for _ in range(3))
     assert throttle.filter(_record("one kind"))
     assert throttle.filter(_record("another kind"))
+
+
+async def _get(port: int, path: str) -> tuple[int, bytes]:
+    import asyncio
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.0\r\n\r\n".encode())
+    await writer.drain()
+    response = await reader.read()
+    writer.close()
+    head, _, body = response.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+async def test_health_server_answers_liveness_and_readiness_from_the_probe() -> None:
+    """/healthz is the loop answering; /readyz is 503 until the probe says ready (issue 13)."""
+    from workers.health import HealthServer
+
+    state = {"ready": False, "redis": "ConnectionError", "lag": {3: 7}}
+
+    async def probe() -> dict:
+        return dict(state)
+
+    server = HealthServer(probe, host="127.0.0.1", port=0)
+    await server.start()
+    try:
+        assert (await _get(server.port, "/healthz"))[0] == 200
+        status, body = await _get(server.port, "/readyz")
+        assert status == 503 and b'"redis":"ConnectionError"' in body and b'"3":7' in body
+        state["ready"] = True
+        assert (await _get(server.port, "/readyz"))[0] == 200
+        assert (await _get(server.port, "/nope"))[0] == 404
+    finally:
+        await server.stop()
