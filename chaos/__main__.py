@@ -105,6 +105,7 @@ def _table(chaos: Chaos, rows: list, seen, opaque: int, checked: int, wedged: li
     lines += ["", "| figure | measured | target | verdict |", "|---|---|---|---|"]
     lines.append(f"| wedged partitions (raw, uncommitted after the final 90 s drain) | {len(wedged)} {wedged if wedged else ''} | 0 | "
                  f"{'PASS' if not wedged else 'FAIL'} |")
+    lines.append(f"| raw records the load producer failed to publish (would look lost) | {chaos.unsent} | 0 | {'PASS' if not chaos.unsent else 'FAIL'} |")
     lines.append(f"| opaque values found in worker logs | {opaque} of {checked} | 0 | {'PASS' if not opaque else 'FAIL'} |")
     for m in chaos.measures:
         lines.append(f"| {m.name} | {m.value} | {m.target} | {'PASS' if m.ok else 'FAIL' if m.ok is False else '-'} |")

@@ -66,6 +66,8 @@ class Chaos:
         self.runs: list[Run] = []
         self.bad: list[BadCase] = []
         self.measures: list[Measure] = []
+        self.unsent = 0
+        """Raw records the load producer could not publish (their runs then look lost: not the worker's fault)."""
         self.wedged: dict[str, list[int]] = {}
         """Scenario → raw partitions still uncommitted 60 s after its load ended."""
         self.producer: AIOKafkaProducer | None = None
@@ -93,6 +95,7 @@ class Chaos:
         if not total:
             return
         start, sent, active, cursor = time.monotonic(), 0, [], 0
+        acks: list[asyncio.Future[Any]] = []
         pending = sorted(range(len(queues)), key=lambda i: i)
         while sent < total:
             while len(active) < 40 and pending:
@@ -104,12 +107,18 @@ class Chaos:
             else:
                 cursor += 1
             await self.paused.wait()
-            await self.producer.send(topics.RAW, record.value, key=record.key, headers=record.headers)
+            if len(record.value or b"") > 512 * 1024:  # alone in its batch, as the probe measured it
+                await self.producer.flush()
+            acks.append(await self.producer.send(topics.RAW, record.value, key=record.key, headers=record.headers))
             sent += 1
             ahead = start + seconds * sent / total - time.monotonic()
             if ahead > 0.005:
                 await asyncio.sleep(ahead)
         await self.producer.flush()
+        failed = [r for r in await asyncio.gather(*acks, return_exceptions=True) if isinstance(r, BaseException)]
+        self.unsent += len(failed)  # the load's own losses: not the worker's
+        if failed:
+            self.say(f"  the load producer failed to publish {len(failed)} records ({type(failed[0]).__name__})")
 
     async def huge_value_size(self) -> int:
         """The largest value the broker takes on a raw-topic-like topic with a run's headers: its

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -115,6 +116,8 @@ class NormalizerWorker:
         """Loop time before which no poll is stepped (the backoff after a failure)."""
         self._store_lost = False
         """The store's epoch vanished or changed: recover it and drop every run before the next poll."""
+        self._healthy_since: float | None = time.monotonic()
+        """Loop time since when polls and the broker have worked without a break (``None``: broken now)."""
 
     async def handle(self, records: Sequence[RawRecord]) -> None:
         """Step one poll and put its writes in flight; returns before they are acknowledged."""
@@ -144,9 +147,11 @@ class NormalizerWorker:
             self._launch(flight)
 
     async def expire_idle_runs(self) -> None:
-        """Close runs whose ingress vanished (RUN_ERROR code ``inactivity_timeout``)."""
+        """Close runs whose ingress vanished (RUN_ERROR code ``inactivity_timeout``) — only once the
+        worker has consumed without a break for a whole timeout: silence while Redis or the broker
+        was away (or the backlog after it) says nothing about the ingress."""
         async with self.lock:
-            if self.closing:
+            if self.closing or not self._quiet_long_enough():
                 return
             if self._failure is not None:
                 await self._rewind()  # else the expired runs' RUN_ERROR would chain onto the failed poll and be lost
@@ -315,6 +320,7 @@ class NormalizerWorker:
         """Count the failure, schedule the retry one backoff step away and log only on a state
         change (or the periodic summary): a retry per poll logged a traceback per poll."""
         failure = classify(exc)
+        self._healthy_since = None
         delay = self.backoff.next_delay()
         loop = asyncio.get_running_loop()
         self._retry_at = loop.time() + delay
@@ -328,6 +334,8 @@ class NormalizerWorker:
     def _note_success(self, offsets: dict[TopicPartition, int]) -> None:
         """A poll went through end to end: the backoff resets; ``recovered`` is logged once."""
         self.backoff.reset()
+        if self._healthy_since is None:
+            self._healthy_since = time.monotonic()
         self._log(self.degradation.succeeded(asyncio.get_running_loop().time()))
         consumer = self.consumer
         for tp, committed in offsets.items():
@@ -335,9 +343,21 @@ class NormalizerWorker:
             if high is not None:
                 self.health_metrics.lag[tp.partition] = high - committed
 
-    def tick_health(self) -> None:
-        """Called by the periodic task: the summary line while degraded, even with no poll failing."""
+    async def tick_health(self) -> None:
+        """Called by the periodic task: is the broker reachable (a metadata request; nothing else
+        notices an outage when no poll is in flight), and the summary line while degraded."""
+        try:
+            assert self.producer is not None
+            await asyncio.wait_for(self.producer.client.fetch_all_metadata(), 2.0)
+            if self._healthy_since is None and not self.degradation.degraded:
+                self._healthy_since = time.monotonic()
+        except Exception:
+            self._healthy_since = None
         self._log(self.degradation.summary(asyncio.get_running_loop().time()))
+
+    def _quiet_long_enough(self) -> bool:
+        since = self._healthy_since
+        return since is not None and time.monotonic() - since >= self.settings.inactivity_timeout_s
 
     async def _wait_for_retry(self) -> None:
         """With the lock held: sleep out the backoff (fetching stops meanwhile: < 1 % of a core)."""
@@ -593,7 +613,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
                 await worker.expire_idle_runs()
             except Exception as exc:  # an outage must not kill the loop; the next tick retries
                 worker._note_failure(exc)
-            worker.tick_health()
+            await worker.tick_health()
 
     app = FastStream(broker, logger=log)
 
