@@ -79,7 +79,8 @@ async def _main(services: Services, out: Path, args: argparse.Namespace) -> int:
     table = _table(chaos, rows, seen, opaque, checked, wedged, time.monotonic() - started)
     (out / "table.md").write_text(table)
     print(table, flush=True)
-    failed = any(r.verdict != "PASS" for r in rows) or opaque or wedged or any(m.ok is False for m in chaos.measures)
+    failed = (any(r.verdict != "PASS" for r in rows) or opaque or wedged or chaos.unsent or any(m.ok is False for m in chaos.measures)
+              or any(verify_bad(c, seen)[0] != "PASS" for c in chaos.bad))
     return 1 if failed else 0
 
 

@@ -159,7 +159,7 @@ def _pick(base: list[Template]) -> Template:
 def huge_case(base: list[Template], huge_value_size: int) -> BadCase:
     """A value that fits the raw topic but whose dead letter (same bytes + a reason header) does not
     fit the DLQ: its own scenario, last, because today it wedges the partitions of its polls."""
-    run = make_run(_pick(base), "bad_huge", 0)
+    run = make_run(_pick(base), "bad_hugevalue", 0)
     run.expect = "bad"
     run.records = [OutgoingRecord(run.records[0].key, b"x" * huge_value_size, run.records[0].headers), *run.records[1:]]
     run.reference = reference_of(run.envelope, run.records)

@@ -118,7 +118,7 @@ class Worker:
             "REDIS_URL": self.services.redis_url,
             "RW_GROUP_ID": self.group,
             "RW_PARTITIONS": "8",
-            "RW_INACTIVITY_TIMEOUT_S": "60",
+            "RW_INACTIVITY_TIMEOUT_S": "30",  # shorter than the broker restart: the expiry guard is exercised
             "RW_HEALTH_PORT": str(self.health_port),
             "OTEL_TRACES_EXPORTER": "none",
             "OTEL_METRICS_EXPORTER": "none",
