@@ -99,13 +99,14 @@ class ArtefactStore:
 
     def journal_intact(self, journal: Sequence[JournalEntry], ended: bool, seq: int) -> bool:
         """Whether a run can be resumed from this journal at record ``seq``. Outside a loss
-        window: always (gaps are the core's business). Inside: the journal must be the complete
-        prefix ``0..n-1`` of the run's records with ``seq <= n`` — else entries vanished with the
-        store, and resuming would renumber events already published (issue 13, finding 5)."""
+        window: always (gaps are the core's business). Inside: every record before ``seq``
+        (``0..seq-1``) must be in the journal — else entries vanished with the store, and resuming
+        would renumber events already published (issue 13, finding 5). Negative fields (the core's
+        bookkeeping, e.g. a run's timeout) and entries after ``seq`` are not judged."""
         if ended or not self.loss_window():
             return True
-        seqs = sorted(e.seq for e in journal)
-        return seqs == list(range(len(seqs))) and seq <= len(seqs)
+        have = {e.seq for e in journal}
+        return all(s in have for s in range(seq))
 
     def _check_epoch(self, reply: bytes | None) -> None:
         if reply is None or reply.decode() != self.epoch:

@@ -48,6 +48,8 @@ async def test_claiming_the_epoch_is_idempotent_and_a_missing_epoch_is_detected(
     assert not store.journal_intact([JournalEntry(1, b"{}")], False, 2)  # entry 0 vanished
     assert store.journal_intact([JournalEntry(0, b"{}"), JournalEntry(1, b"{}")], False, 2)
     assert store.journal_intact([], False, 0)  # a run that starts after the loss
+    assert store.journal_intact([JournalEntry(-1, b"300"), JournalEntry(0, b"{}")], False, 1)  # bookkeeping fields ignored
+    assert store.journal_intact([JournalEntry(0, b"{}"), JournalEntry(1, b"{}")], False, 1)  # a redelivery
     await redis.delete(EPOCH_KEY)
 
 
