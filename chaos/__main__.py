@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=float(os.environ.get("CHAOS_SCALE", "1")), help="multiply the runs per scenario")
     parser.add_argument("--only", default="", help="comma-separated scenario names (default: all, then bad_input)")
     parser.add_argument("--keep-services", action="store_true", help="leave Kafka and Redis running afterwards")
+    parser.add_argument("--worker-tree", default=None,
+                        help="run the workers from this source tree (e.g. `git archive <commit>` unpacked) for a before/after")
     args = parser.parse_args(argv)
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
@@ -46,7 +48,7 @@ async def _main(services: Services, out: Path, args: argparse.Namespace) -> int:
     started = time.monotonic()
     print(f"[chaos] services on Kafka :{services.kafka_port}, Redis :{services.redis_port} (state {services.state})", flush=True)
     await asyncio.to_thread(services.up)
-    chaos = Chaos(out, services, scale=args.scale)
+    chaos = Chaos(out, services, scale=args.scale, tree=Path(args.worker_tree) if args.worker_tree else None)
     await chaos.start_producer()
     chaos.start_worker("A")
     only = {s for s in args.only.split(",") if s}

@@ -54,14 +54,15 @@ class Measure:
 class Chaos:
     """Owns the services, the workers, the load and the findings of one chaos run."""
 
-    def __init__(self, out: Path, services: Services, *, scale: float = 1.0, seed: int = 13) -> None:
+    def __init__(self, out: Path, services: Services, *, scale: float = 1.0, seed: int = 13, tree: Path | None = None) -> None:
         self.out = out
         self.services = services
         self.scale = scale
         self.rng = random.Random(seed)
         self.group = f"rw-chaos-{uuid.uuid4().hex[:6]}"
         self.workers = {
-            name: Worker(name, services, self.group, out, health_port=services.redis_port + 3 + i) for i, name in enumerate(("A", "B"))
+            name: Worker(name, services, self.group, out, health_port=services.redis_port + 3 + i, tree=tree or Path(__file__).resolve().parents[1])
+            for i, name in enumerate(("A", "B"))
         }
         self.runs: list[Run] = []
         self.bad: list[BadCase] = []

@@ -104,6 +104,8 @@ class Worker:
     group: str
     log_dir: Path
     health_port: int
+    tree: Path = ROOT
+    """Where the worker's code comes from (``--worker-tree``: e.g. an export of an older commit, for a before/after)."""
     proc: subprocess.Popen[bytes] | None = None
     logs: list[Path] = field(default_factory=list)
     starts: int = 0
@@ -125,7 +127,7 @@ class Worker:
         }
         out = log.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.cli", "worker", "normalize"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
+            [sys.executable, "-m", "workers.cli", "worker", "normalize"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=self.tree
         )
         out.close()
 
