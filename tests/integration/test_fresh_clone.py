@@ -51,7 +51,6 @@ def clone_env(clone: Path, settings: WorkerSettings, state: Path) -> tuple[dict[
         "RW_GROUP_ID": settings.group_id,  # the primed test group: no backlog of earlier sessions
         "RW_PARTITIONS": str(settings.partitions),
         "RW_STATE": str(state),  # whatever services.sh does, it does it in a folder of this test
-        "KEEP_SERVICES": "1",
     }
     venv = Path(sys.executable).parent.parent
     if os.environ.get("RW_FRESH_CLONE_INSTALL") or not (venv / "bin" / "reasonwire").exists():
