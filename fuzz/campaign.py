@@ -32,6 +32,8 @@ class Tally:
     crashes: int = 0
     violations: int = 0
     safety_net: int = 0
+    cpu_s: float = 0.0
+    """CPU seconds of the worker processes (the machine is shared: wall time alone misleads)."""
     slowest_s: float = 0.0
     slowest_case: str = ""
     peak_rss_kib: int = 0
@@ -46,6 +48,7 @@ class Tally:
         self.crashes += other.crashes
         self.violations += other.violations
         self.safety_net += other.safety_net
+        self.cpu_s += other.cpu_s
         if other.slowest_s > self.slowest_s:
             self.slowest_s, self.slowest_case = other.slowest_s, other.slowest_case
         self.peak_rss_kib = max(self.peak_rss_kib, other.peak_rss_kib)
@@ -62,6 +65,7 @@ def run_chunk(args: tuple[int, str, int, int]) -> Tally:
     mutator = Mutator(grammar, rng)
     tally = Tally(grammar)
     started = time.perf_counter()
+    cpu = time.process_time()
     n = 0
     while tally.events < events:
         case = mutator.case()
@@ -83,6 +87,7 @@ def run_chunk(args: tuple[int, str, int, int]) -> Tally:
             tally.examples.setdefault(finding.signature, (finding, case))
         n += 1
     tally.seconds = time.perf_counter() - started
+    tally.cpu_s = time.process_time() - cpu
     tally.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return tally
 

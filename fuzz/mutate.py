@@ -323,7 +323,10 @@ class Mutator:
             obj.pop(key, None)
         if self.rng.random() < 0.3:
             obj = {}
-        stream[i] = Line(encode(obj, self.rng), name)
+        try:
+            stream[i] = Line(encode(obj, self.rng), name)
+        except RecursionError:  # an already deep line: route it as it is
+            stream[i] = Line(stream[i].data, name)
 
     def route_elsewhere(self, stream: Stream) -> None:
         i = self._pick(stream)
