@@ -45,6 +45,7 @@ def case_to_json(case: Case) -> dict[str, Any]:
         "run_id": case.run_id,
         "model": case.model,
         "end": case.end,
+        "audience": case.audience,
         "lines": [_line_to_json(line) for line in case.lines],
     }
 
@@ -56,6 +57,7 @@ def case_from_json(obj: dict[str, Any]) -> Case:
         run_id=obj.get("run_id"),
         model=obj.get("model"),
         end=obj.get("end", "finish"),
+        audience=obj.get("audience"),
     )
 
 

@@ -39,7 +39,7 @@ def minimize(case: Case, signature: str, *, budget: int = 3000) -> Case:
         return test(candidate)
 
     case = _ddmin(case, check)
-    for change in ({"end": "finish"}, {"model": None}, {"run_id": "run-fuzz"}):
+    for change in ({"end": "finish"}, {"model": None}, {"run_id": "run-fuzz"}, {"audience": None}):
         candidate = dataclasses.replace(case, **change)
         if candidate != case and check(candidate):
             case = candidate

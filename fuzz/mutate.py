@@ -146,6 +146,7 @@ class Mutator:
             run_id=None if rng.random() < 0.3 else "run-fuzz",
             model=rng.choice(_MODELS),
             end=rng.choice(("finish", "finish", "abort", "both")),
+            audience=rng.choice((None, None, "summary", "none")),
         )
 
     # -- helpers ------------------------------------------------------------------

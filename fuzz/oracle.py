@@ -17,6 +17,10 @@ so many hits of one bug count as one):
 * ``invariant`` — our own stream rules the validator does not state: the
   stream starts with ``RUN_STARTED``, ends with exactly one terminal event,
   and the translator says the run ended once input ended.
+
+With ``Case.audience`` set, the audience-filtered stream the worker publishes
+for end users is serialized and validated the same way (signatures prefixed
+``public-``).
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ from ag_ui.core import Event
 from ag_ui_validate import ValidatorOptions, create_validator
 from pydantic import TypeAdapter, ValidationError
 
+from contracts.policy import AudienceRule, ReasoningVisibility
 from fuzz.corpus import Line
+from workers.core.audience import AudienceFilter
 from workers.core.wire import event_json, record_json
 from workers.translators import translator_for
 
@@ -53,6 +59,9 @@ class Case:
     model: str | None = None
     end: str = "finish"
     """``finish`` (input ended), ``abort`` (connection dropped), or ``both`` (abort then finish)."""
+    audience: str | None = None
+    """Also check the stream a public audience gets (``summary`` / ``none`` reasoning visibility,
+    no encrypted values) through the worker's ``AudienceFilter``; None: trusted stream only."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +159,25 @@ def _run(case: Case, result: Result) -> None:
             result.findings.append(Finding("safety_net", f"safety_net:{warning.message}", warning.message))
     result.events_out = len(blobs)
     _check_events(blobs, result)
+    if case.audience is not None:
+        _check_audience(case.audience, blobs, result)
+
+
+def _check_audience(visibility: str, blobs: list[bytes], result: Result) -> None:
+    """The end-user stream: the worker filters the wire events, then serializes what passes."""
+    audience = AudienceFilter(AudienceRule(reasoning=ReasoningVisibility(visibility), encrypted_values=False))
+    public: list[bytes] = []
+    try:
+        for blob in blobs:
+            kept = audience.admit(orjson.loads(blob))
+            if kept is not None:
+                public.append(event_json(kept))
+    except Exception as exc:  # noqa: BLE001
+        result.findings.append(_crash("audience", exc))
+        return
+    found = Result()
+    _check_events(public, found)
+    result.findings += [Finding(f.kind, f"public-{f.signature}", f.detail) for f in found.findings]
 
 
 def _check_events(blobs: list[bytes], result: Result) -> None:

@@ -22,7 +22,7 @@ from fuzz.oracle import Case, run_case
 from workers.translators.anthropic_messages import AnthropicMessagesTranslator
 
 SEED = 20261201
-EVENTS_PER_GRAMMAR = 6_000
+EVENTS_PER_GRAMMAR = 4_000
 
 
 @pytest.mark.parametrize("grammar", GRAMMARS)
