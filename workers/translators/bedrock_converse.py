@@ -246,7 +246,8 @@ class BedrockConverseTranslator(Translator):
                 self.run.reasoning_content(index, value)
         else:  # the block's text is joined once, when the record is made (not per signature)
             native = self._native(index, {"reasoningContent": {"reasoningText": {}}}, _SIGNATURE_PATH)
-            self._hold(index, entry, "bedrock.reasoningContent.signature", value, native, lambda: {"block": _reasoning_text_block(entry)})
+            text_now = lambda: {"block": _reasoning_text_block(entry)}  # noqa: E731
+            self._hold(index, entry, "bedrock.reasoningContent.signature", value, native, text_now)
 
     def _citation_delta(self, index: int, entry: _Block | None, citation: Any) -> None:
         """Citation metadata of a text block, not content."""
