@@ -16,7 +16,8 @@ so many hits of one bug count as one):
   are not failures);
 * ``invariant`` — our own stream rules the validator does not state: the
   stream starts with ``RUN_STARTED``, ends with exactly one terminal event,
-  and the translator says the run ended once input ended.
+  the translator says the run ended once input ended, and no id or tool
+  name is empty (the models accept ``""``; it names nothing).
 
 With ``Case.audience`` set, the audience-filtered stream the worker publishes
 for end users is serialized and validated the same way (signatures prefixed
@@ -45,6 +46,7 @@ from workers.translators import translator_for
 
 _REPO = Path(__file__).resolve().parents[1]
 _TERMINAL = ("RUN_FINISHED", "RUN_ERROR")
+_NAMES = ("threadId", "runId", "messageId", "toolCallId", "toolCallName", "entityId")
 SAFETY_NET_CODE = "internal_error"
 
 
@@ -197,6 +199,9 @@ def _check_events(blobs: list[bytes], result: Result) -> None:
         event = orjson.loads(blob)
         types.append(event.get("type"))
         validator.feed(event)
+        for name in _NAMES:
+            if event.get(name) == "":
+                result.findings.append(Finding("invariant", f"invariant:empty-{name}", f"event {i} ({types[-1]}): empty {name}"))
     validator.finalize()
     report = validator.report()
     for diag in report.diagnostics:
