@@ -167,7 +167,7 @@ def cost_per_event(grammar: str, lines: list[bytes], *, tries: int) -> tuple[flo
     return best, out
 
 
-def probe(name: str, *, sizes: tuple[int, int] = SIZES, rounds: int = 4) -> dict[str, Any]:
+def probe(name: str, *, sizes: tuple[int, int] = SIZES, rounds: int = 6) -> dict[str, Any]:
     grammar, build = PROBES[name]
     small, large = build(sizes[0]), build(sizes[1])
     cost_small = cost_large = float("inf")
