@@ -192,9 +192,10 @@ def _replay(args: argparse.Namespace) -> int:
 def _translate(args: argparse.Namespace) -> int:
     if Grammar(args.provider) not in implemented():
         raise UserError(f"no translator for {args.provider!r} yet")
-    artefacts = _open_for_writing(args.artefacts) if args.artefacts else None
     source = _open_input(args.input)
+    artefacts = None
     try:
+        artefacts = _open_for_writing(args.artefacts) if args.artefacts else None
         digest = _capture_digest(source, args.input)
         translator = translator_for(
             args.provider,
@@ -217,7 +218,7 @@ def _translate(args: argparse.Namespace) -> int:
 
 
 def _open_for_writing(path: str) -> BinaryIO:
-    """Opened before any input is read: a path that cannot be written fails first, and alone."""
+    """Opened before any input is read: a path that cannot be written fails before any output."""
     try:
         return open(path, "wb")  # noqa: SIM115
     except OSError as exc:

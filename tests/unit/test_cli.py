@@ -117,3 +117,26 @@ def test_translate_emits_each_event_as_its_line_arrives_issue14_item16() -> None
     finally:
         proc.kill()
     assert json.loads(rest.splitlines()[-1])["type"] == "RUN_FINISHED"
+
+
+def test_translate_follows_a_live_sse_capture_too_issue14_item16() -> None:
+    """Raw SSE (`event:` / `data:` / blank line): an event is emitted once its blank line arrives."""
+    import select
+
+    from tests.unit.test_cli_errors import STREAM, reasonwire
+
+    frames = [f"event: {json.loads(line)['type']}\ndata: {line.decode()}\n\n".encode() for line in STREAM.split(b"\n")]
+    proc = subprocess.Popen([*reasonwire(), "translate", "--provider", "anthropic-messages", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(frames[0])
+        proc.stdin.flush()
+        assert select.select([proc.stdout], [], [], 30)[0], "no output for the first SSE event while stdin is open"
+        assert json.loads(proc.stdout.readline())["type"] == "RUN_STARTED"
+        proc.stdin.write(b"".join(frames[1:]))
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+    assert json.loads(rest.splitlines()[-1])["type"] == "RUN_FINISHED"
