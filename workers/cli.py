@@ -31,7 +31,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import orjson
 
@@ -41,6 +41,7 @@ from workers.core.wire import event_json, record_json
 from workers.errors import UserError
 from workers.replay import command as replay_command
 from workers.sse import ProviderEvent, read_events
+from workers.settings import WorkerSettings, settings_help
 from workers.translators import implemented, translator_for
 
 REPEATS_SHOWN = 10
@@ -75,8 +76,6 @@ def _version() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from workers.settings import settings_help
-
     parser = argparse.ArgumentParser(prog="reasonwire", description="Reasoning backbone: provider streams → AG-UI.")
     parser.add_argument("--version", action="version", version=f"reasonwire {_version()}")
     sub = parser.add_subparsers()
@@ -111,29 +110,23 @@ def _parser() -> argparse.ArgumentParser:
 # -- commands that need the services ---------------------------------------------------
 
 
-def _with_services(body: Callable[[Any], int], *, kafka: bool = True, redis: bool = True) -> int:
+def _with_services(body: Callable[[WorkerSettings], int], *, kafka: bool = True, redis: bool = True) -> int:
     """Settings validated, the services checked (bounded), then ``body(settings)``; a connection
     lost later, or a path the command cannot write, is still one line (:class:`UserError`)."""
     import asyncio
 
     from workers.logs import install
     from workers.preflight import check_services, service_failure
-    from workers.settings import WorkerSettings
 
     install()  # before any consumer joins a group: its start-up transient is not an ERROR
     settings = WorkerSettings.from_env()
     asyncio.run(check_services(settings, kafka=kafka, redis=redis))
     try:
         return body(settings)
-    except OSError as exc:
-        failure = service_failure(exc, settings)
-        if failure is not None:
-            raise failure from None
-        if exc.filename is not None:
-            raise UserError(f"cannot use {exc.filename}: {exc.strerror}") from None
-        raise
     except Exception as exc:
         failure = service_failure(exc, settings)
+        if failure is None and isinstance(exc, OSError) and exc.filename is not None:
+            failure = UserError(f"cannot use {exc.filename}: {exc.strerror}")
         if failure is None:
             raise
         raise failure from None
@@ -148,7 +141,7 @@ def _erase(args: argparse.Namespace) -> int:
 
     from workers.store import ArtefactStore
 
-    def erase(settings: Any) -> int:
+    def erase(settings: WorkerSettings) -> int:
         async def go() -> dict[str, list[str]]:
             redis = Redis.from_url(settings.redis_url)
             try:
