@@ -46,7 +46,7 @@ async def check_redis(settings: WorkerSettings, timeout_s: float = TIMEOUT_S) ->
 
     redis = Redis.from_url(settings.redis_url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
     try:
-        await asyncio.wait_for(redis.ping(), timeout_s * 2)
+        await asyncio.wait_for(redis.ping(), timeout_s)
     except (AuthenticationError, ResponseError) as exc:
         raise ConfigurationError(f"Redis at {redis_location(settings.redis_url)} refused REDIS_URL: {exc}") from None
     except (RedisError, OSError, TimeoutError) as exc:
