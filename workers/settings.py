@@ -16,6 +16,7 @@ row to docs/operations.md.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated
@@ -110,6 +111,21 @@ class WorkerSettings(BaseSettings):
             load_policy(value)
         return value
 
+
+def _replaceable(cls: type[WorkerSettings]) -> None:
+    """``dataclasses.replace(settings, inactivity_timeout_s=120)`` keeps working: tests and tools
+    derived settings that way when this was a dataclass, and the result is validated like any
+    construction (``replace`` calls ``WorkerSettings(**fields)``). Only what ``replace`` reads is
+    declared: a named, init field per model field."""
+    fields = {}
+    for name in cls.model_fields:
+        f = dataclasses.field()
+        f.name = name
+        fields[name] = f
+    cls.__dataclass_fields__ = fields  # type: ignore[attr-defined]
+
+
+_replaceable(WorkerSettings)
 
 SECRET_FIELDS = frozenset({"redis_url"})
 """Fields whose value may carry a credential: an error names the variable, never the value."""

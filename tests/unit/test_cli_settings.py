@@ -107,3 +107,14 @@ def test_a_valid_policy_file_is_accepted_and_an_invalid_one_refused(tmp_path: Pa
         WorkerSettings(policy_file=str(bad))
     message = describe(caught.value)
     assert "RW_POLICY_FILE" in message and "is not a valid policy" in message and "\n" not in message
+
+
+def test_dataclasses_replace_still_derives_validated_settings() -> None:
+    """Tests and tools derive settings with `dataclasses.replace`, as when this was a dataclass."""
+    import dataclasses
+
+    base = WorkerSettings(group_id="g", partitions=4)
+    derived = dataclasses.replace(base, inactivity_timeout_s=120)
+    assert (derived.group_id, derived.partitions, derived.inactivity_timeout_s) == ("g", 4, 120.0)
+    with pytest.raises(ValidationError):
+        dataclasses.replace(base, partitions=0)
