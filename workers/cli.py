@@ -252,6 +252,7 @@ class _Progress:
     events: int = 0
     recognised: bool = False
     first_type: str | None = None
+    first: ProviderEvent | None = None
     held: list[tuple[Translation, int | None]] = field(default_factory=list)
     warnings: Counter[str] = field(default_factory=Counter)
     """Warnings met per code: each code is named :data:`REPEATS_SHOWN` times, then only counted."""
@@ -272,9 +273,12 @@ def _run(translator: Translator, events: Iterable[ProviderEvent], out: BinaryIO,
             progress.first_type = _event_type(event)
         translation = translator.feed(event.data, sse_event=event.sse_event)
         if not progress.recognised:
-            if translation.rejection is None and any(w.code == "unknown_event" for w in translation.warnings):
+            if _unrecognised(translation):
+                progress.first = progress.first or event
                 progress.held.append((translation, event.line))
                 continue
+            if translation.rejection is not None and not progress.held and (other := _reads_as(event, translator.grammar)):
+                raise UserError(_not_this_grammar(translator.grammar, progress.first_type, other))  # e.g. Anthropic given as Bedrock
             progress.recognised = True
             for held, line in progress.held:
                 _emit(held, out, artefacts, input_line=line, progress=progress)
@@ -284,15 +288,35 @@ def _run(translator: Translator, events: Iterable[ProviderEvent], out: BinaryIO,
     if progress.events == 0:
         raise UserError("input held no events")
     if not progress.recognised:
-        grammar = translator.grammar.value
-        article = "an" if grammar[0] in "aeiou" else "a"
-        raise UserError(f"this is not {article} {grammar} stream (no event recognised; first event type: {progress.first_type})")
+        other = _reads_as(progress.first, translator.grammar) if progress.first else None
+        raise UserError(_not_this_grammar(translator.grammar, progress.first_type, other))
     _emit(translator.finish(), out, artefacts, input_line=None, progress=progress)
     for code, count in progress.warnings.items():
         if count > REPEATS_SHOWN:
             print(f"reasonwire: warning: {count - REPEATS_SHOWN} more {code} warnings not shown", file=sys.stderr)
     out.flush()
     return progress.status
+
+
+def _unrecognised(translation: Translation) -> bool:
+    return translation.rejection is None and any(w.code == "unknown_event" for w in translation.warnings)
+
+
+def _reads_as(event: ProviderEvent, grammar: Grammar) -> str | None:
+    """The other grammar whose translator handles ``event`` (pure: a throw-away translator each),
+    to tell a user which ``--provider`` the stream is; None if none does."""
+    for other in implemented():
+        if other is not grammar:
+            translation = translator_for(other).feed(event.data, sse_event=event.sse_event)
+            if translation.rejection is None and not _unrecognised(translation):
+                return other.value
+    return None
+
+
+def _not_this_grammar(grammar: Grammar, first_type: str | None, other: str | None) -> str:
+    article = "an" if grammar.value[0] in "aeiou" else "a"
+    hint = f"; it reads as {other}" if other else ""
+    return f"this is not {article} {grammar.value} stream (no event recognised; first event type: {first_type}{hint})"
 
 
 def _emit(translation: Translation, out: BinaryIO, artefacts: BinaryIO | None, *, input_line: int | None, progress: _Progress) -> None:

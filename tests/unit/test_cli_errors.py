@@ -234,7 +234,25 @@ def test_translate_anthropic_stream_given_as_openai_is_refused_issue14_item14() 
     done = run("translate", "--provider", "openai-responses", "-", stdin=STREAM)
     message = one_line(done)
     assert done.returncode == 2
-    assert "this is not an openai-responses stream (no event recognised; first event type: 'message_start')" in message
+    assert message == (
+        "reasonwire: error: this is not an openai-responses stream"
+        " (no event recognised; first event type: 'message_start'; it reads as anthropic-messages)"
+    )
+
+
+def test_translate_anthropic_stream_given_as_bedrock_is_refused_not_malformed_issue14_item14() -> None:
+    """Bedrock reads a two-key object as a malformed event; when another grammar reads that first
+    event, the stream is another grammar's: one line, exit 2, nothing on stdout."""
+    done = run("translate", "--provider", "bedrock-converse", "-", stdin=STREAM)
+    message = one_line(done)
+    assert done.returncode == 2 and done.stdout == b""
+    assert "this is not a bedrock-converse stream" in message and "it reads as anthropic-messages" in message
+
+
+def test_a_malformed_first_event_of_the_right_grammar_is_still_malformed_R7() -> None:
+    done = run("translate", "--provider", "bedrock-converse", "-", stdin=b'{"messageStart":{"role":"assistant"},"stray":1}\n')
+    assert done.returncode == 1
+    assert "malformed bedrock-converse event at line 1" in done.stderr.decode()
 
 
 def test_translate_a_real_stream_with_many_unknown_events_still_translates_and_counts_the_rest_issue14_item14() -> None:
