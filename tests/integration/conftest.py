@@ -118,6 +118,7 @@ def settings(services: dict[str, str]) -> WorkerSettings:
         group_id=f"rw-test-{uuid.uuid4().hex[:8]}",
         partitions=PARTITIONS,
         inactivity_timeout_s=30,
+        health_port=0,  # in-process workers: no probe server (tests that want one set a spare port)
     )
 
 
