@@ -34,6 +34,7 @@ from tests.integration.service_choice import ServiceChoiceError, choose, docker_
 from workers.ingress import OutgoingRecord
 from workers.normalize import ensure_topics
 from workers.settings import WorkerSettings
+from workers.store import EPOCH_KEY, ArtefactStore
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
@@ -140,7 +141,20 @@ def primed_group(settings: WorkerSettings) -> WorkerSettings:
             await consumer.stop()
 
     asyncio.run(prime())
+    asyncio.run(fresh_store_epoch(settings.redis_url))
     return settings
+
+
+async def fresh_store_epoch(redis_url: str) -> None:
+    """A new, not-lost store epoch on the test Redis. Priming commits the group's offsets, and
+    a worker that then finds no epoch would rightly take the store for one that lost its data
+    (docs/reliability.md) — and so would every worker after a test that wiped the epoch."""
+    redis = Redis.from_url(redis_url)
+    try:
+        await redis.delete(EPOCH_KEY)
+        await ArtefactStore(redis, artefact_ttl_s=60, journal_ttl_s=60).claim_epoch(lost=False)
+    finally:
+        await redis.aclose()
 
 
 class WorkerProcess:
