@@ -211,6 +211,8 @@ class NormalizerWorker:
         except Exception as exc:
             acks.append(exc)
         error = next((a for a in acks if isinstance(a, BaseException)), None)
+        if error is None:
+            flight.trace.acknowledged()  # the end of the records' end-to-end delay (telemetry)
         earlier_ok = previous is None or await previous
         if error is None and earlier_ok:
             try:
@@ -563,7 +565,7 @@ async def _no_decode(msg: Any) -> None:
 
 def _raw_record(record: Any) -> RawRecord:
     """The consumed record as the core takes it; headers as aiokafka gives them (not copied)."""
-    return RawRecord(record.key, record.value, record.headers or (), record.partition, record.offset)
+    return RawRecord(record.key, record.value, record.headers or (), record.partition, record.offset, record.timestamp)
 
 
 def run(settings: WorkerSettings | None = None) -> None:
