@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import os
 import platform
+import signal
 import sys
 import time
 from importlib import metadata
@@ -230,7 +231,9 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
         for kind in THROUGHPUT_KINDS:
             log(f"3. starting {kind} (stays up for every round)")
             st = stage(kind)
-            extra = {"RW_BENCH_FLOOR_TRAFFIC": str(floor_file)} if kind == "io-floor" else None
+            extra = {"RW_BENCH_FLOOR_TRAFFIC": str(floor_file)} if kind == "io-floor" else {}
+            if kind in ("worker", "worker-no-telemetry"):  # per-phase timestamps (bench.phases), read per latency run
+                extra["RW_BENCH_PHASES"] = str(logs / f"phases-{kind}.json")
             live[kind] = (await e2e.start_live(kind, st, logs, extra), st)
 
         def backlog(kind: str, label: str) -> list[e2e.Record]:
@@ -273,7 +276,14 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
                         {(new + rid[len(f"{tag}-lat") :], seq): i for (rid, seq), i in base.event_source.items()},
                     )
                     log(f"3. latency at {rate:.0f} records/s ({label}), round {r + 1}/{latency_rounds}: {kind}")
+                    phases_file = logs / f"phases-{kind}.json"
+                    if kind.startswith("worker"):
+                        consumer.proc.send_signal(signal.SIGUSR1)  # phases from here on
                     res = await e2e.latency(st, kind, tr, rate, logs, live=consumer)
+                    if kind.startswith("worker"):
+                        consumer.proc.send_signal(signal.SIGUSR1)
+                        await asyncio.sleep(0.5)
+                        res["phases"] = orjson.loads(phases_file.read_bytes()) if phases_file.exists() else None
                     out["latency"].append({"label": label, "round": r, **res})
 
         if not quick:
@@ -343,6 +353,17 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
                     }
                     row[kind][f"added_over_{base}"] = {p: spread(d) for p, d in diffs.items() if d}
             s["latency"][label] = row
+        s["phases"] = {}
+        for x in lat:
+            if x.get("phases"):
+                for phase, v in x["phases"].items():
+                    slot = s["phases"].setdefault(x["label"], {}).setdefault(x["kind"], {}).setdefault(phase, {"p50": [], "p99": [], "max": [], "n": []})
+                    for q in ("p50", "p99", "max", "n"):
+                        slot[q].append(v[q])
+        for label, kinds in s["phases"].items():
+            for kind, phases in kinds.items():
+                for phase, v in phases.items():
+                    phases[phase] = {q: sorted(vals)[len(vals) // 2] for q, vals in v.items()}  # median over rounds
         s["latency_targets"] = []
         for label, pct, limit in LATENCY_TARGETS:
             added = s["latency"].get(label, {}).get("worker", {}).get("added_over_passthrough", {}).get(pct)
@@ -411,6 +432,15 @@ def render_table(r: dict[str, Any]) -> str:
                     )
                     + f" | {goal} | {met} |"
                 )
+        for label, kinds in s.get("phases", {}).items():
+            for kind, phases in kinds.items():
+                order = ("between_polls", "poll_size", "step", "journal_read", "redis_tx", "to_acked", "close_runs", "commit", "gc0", "gc1", "gc2", "loop_lag")
+                parts = [
+                    f"{ph} {phases[ph]['p50']:.1f}/{phases[ph]['p99']:.1f}" + (f" (n {phases[ph]['n']:.0f}, max {phases[ph]['max']:.1f})" if ph.startswith("gc") else "")
+                    for ph in order
+                    if ph in phases
+                ]
+                lines.append(f"| phases of {kind} @ {label}, ms p50/p99 (poll_size: records), median of rounds | {'; '.join(parts)} | (context) | — |")
         if "two_workers_to_one" in s:
             lines.append(f"| 2 workers / 1 worker, telemetry off (one drain, fresh processes; 2 cores shared with broker and Redis) | {s['two_workers_to_one']:.2f}× | — | — |")
     elif "e2e" in r and "skipped" in r["e2e"]:
