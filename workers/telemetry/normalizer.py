@@ -481,9 +481,10 @@ class BatchTrace:
                     v.RW_ARTEFACT_SHA256: described["sha256"],
                     v.RW_ARTEFACT_COMPLETE: described["complete"],
                 },
+                timestamp=now,
             )
         for warning in poll.warnings:
-            span.add_event(v.EVENT_WARNING, {v.RW_WARNING_CODE: warning.code, v.RW_WARNING_LINE: warning.line})
+            span.add_event(v.EVENT_WARNING, {v.RW_WARNING_CODE: warning.code, v.RW_WARNING_LINE: warning.line}, timestamp=now)
         if error is not None:
             span.set_attribute(v.ERROR_TYPE, f"{type(error).__module__}.{type(error).__name__}")
             span.set_status(Status(StatusCode.ERROR, type(error).__name__))
