@@ -92,6 +92,13 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 bench: $(BENCH_STAMP) ## benchmarks (translator vs JSON floor and LiteLLM, worker vs passthrough, memory); writes bench/results/
 	@bash deploy/with-services.sh $(PY) -m bench $(BENCH_ARGS)
 
+# Not part of `make test` (tests/unit/test_fuzz_short.py runs a short fixed-seed campaign there).
+# FUZZ_ARGS e.g. "--events 200000 --grammar bedrock-converse --seed 7"; see `python -m fuzz --help`.
+FUZZ_ARGS ?=
+.PHONY: fuzz
+fuzz: $(STAMP) ## mutation fuzz campaign (1M events per grammar, seeded) + scaling probe; findings to fuzz/findings/
+	$(PY) -m fuzz $(FUZZ_ARGS)
+
 clean: ## remove the virtualenv and outputs
 	rm -rf $(VENV) out .pytest_cache
 
