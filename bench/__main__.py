@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import os
 import platform
+import signal
 import sys
 import time
 from importlib import metadata
@@ -35,8 +36,6 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TARGETS = {
     "translator_to_floor": 2.0,
     "speedup_vs_litellm": 3.0,
-    "worker_to_passthrough": 0.80,
-    "added_p99_ms": 1.0,
 }
 
 
@@ -163,63 +162,149 @@ def _subset(w: cpu.Workload, n: int) -> cpu.Workload:
     )
 
 
+THROUGHPUT_KINDS = (
+    "passthrough",
+    "io-floor",
+    "worker",
+    "worker-no-telemetry",
+    "worker-exporting-sampled",
+    "worker-exporting",
+    "passthrough-pipelined",
+    "faststream-passthrough",
+)
+"""Every round drains one backlog through each, in this order (the bare passthrough first, the worker
+as shipped next to it): a ratio is taken within a round, and judged as the median over rounds."""
+LATENCY_KINDS = ("passthrough", "worker", "passthrough-pipelined", "worker-no-telemetry")
+
+RATIOS: tuple[tuple[str, str, str, float | None, str], ...] = (
+    ("worker_to_passthrough", "worker", "passthrough", 0.80, "worker as shipped (Redis writes, OTel SDK and guards on, no exporter) / bare passthrough"),
+    ("worker_no_telemetry_to_passthrough", "worker-no-telemetry", "passthrough", None, "worker, telemetry off / bare passthrough"),
+    ("io_floor_to_passthrough", "io-floor", "passthrough", None, "I/O-equivalent floor (same outputs and Redis commands, precomputed) / bare passthrough"),
+    ("worker_to_io_floor", "worker", "io-floor", None, "worker as shipped / I/O-equivalent floor (the cost of reasonwire's own logic)"),
+    ("worker_no_telemetry_to_io_floor", "worker-no-telemetry", "io-floor", None, "worker, telemetry off / I/O-equivalent floor"),
+    ("shipped_to_telemetry_off", "worker", "worker-no-telemetry", None, "worker as shipped (no exporter) / telemetry off"),
+    ("sampled_to_telemetry_off", "worker-exporting-sampled", "worker-no-telemetry", 0.90, "exporting spans and metrics, 1 % of runs traced (parentbased_traceidratio 0.01) / telemetry off"),
+    ("exporting_to_telemetry_off", "worker-exporting", "worker-no-telemetry", 0.60, "exporting every span and metric (console exporter) / telemetry off"),
+    ("faststream_to_passthrough", "faststream-passthrough", "passthrough", None, "FastStream passthrough / bare passthrough"),
+    ("pipelined_to_passthrough", "passthrough-pipelined", "passthrough", None, "pipelined bare passthrough / bare passthrough"),
+)
+LATENCY_TARGETS = (("50% of worker max", "p50", 1.0), ("50% of worker max", "p99", 5.0), ("25% of worker max", "p99", 1.0))
+"""(rate, percentile, at most this many ms added over the bare passthrough) for the worker as shipped."""
+
+
 async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
+    """Throughput in alternating rounds on consumer processes that stay up, then latency rounds on
+    the same processes, then 2 workers vs 1 (a context figure, fresh processes)."""
+    import pickle
+    import statistics
+
     bootstrap, redis_url = os.environ["KAFKA_BOOTSTRAP_SERVERS"], os.environ["REDIS_URL"]
     logs = RESULTS / "logs"
     logs.mkdir(exist_ok=True)
     created: list[str] = []
-    out: dict[str, Any] = {"partitions": e2e.PARTITIONS, "concurrent_runs": e2e.CONCURRENT_RUNS, "broker_on_same_machine": True}
+    rounds = 5
+    latency_rounds = 3 if quick else 5
+    backlog_pt, backlog_w = (6000, 3000) if quick else (20000, 10000)
+    send_s = 2.0 if quick else 3.0
+    out: dict[str, Any] = {
+        "partitions": e2e.PARTITIONS,
+        "concurrent_runs": e2e.CONCURRENT_RUNS,
+        "broker_on_same_machine": True,
+        "rounds": rounds,
+        "latency_rounds": latency_rounds,
+        "backlog": {"passthroughs": backlog_pt, "workers": backlog_w},
+    }
     tag = f"r{int(time.time())}"
-    backlog_pt, backlog_w = (15000, 6000) if quick else (40000, 20000)
-    send_s = 2.0 if quick else 4.0
 
     def stage(name: str) -> e2e.Stage:
         s = e2e.Stage(bootstrap, redis_url, name)
         created.extend(s.all_topics())
         return s
 
+    live: dict[str, tuple[e2e.Consumer, e2e.Stage]] = {}
     try:
         out["fanout"] = e2e.fanout(e2e.traffic(grammars, 5000, seed=9, tag=f"{tag}-fan").records)
-        log(f"3. drain {backlog_pt} records: bare aiokafka passthrough")
-        tr = e2e.traffic(grammars, backlog_pt, seed=11, tag=f"{tag}-pt")
-        out["passthrough_drain"] = await e2e.drain(stage("passthrough"), "passthrough", 1, tr.records, logs)
-        log(f"3. drain {backlog_pt} records: the same passthrough, pipelined (acks and commits in the background)")
-        tr = e2e.traffic(grammars, backlog_pt, seed=11, tag=f"{tag}-ptp")
-        out["passthrough-pipelined_drain"] = await e2e.drain(stage("pt-pipelined"), "passthrough-pipelined", 1, tr.records, logs)
-        log(f"3. drain {backlog_pt} records: the same passthrough as a FastStream app")
-        tr = e2e.traffic(grammars, backlog_pt, seed=11, tag=f"{tag}-fs")
-        out["faststream-passthrough_drain"] = await e2e.drain(stage("fs-passthrough"), "faststream-passthrough", 1, tr.records, logs)
-        for kind, n in (("worker-no-telemetry", 1), ("worker", 1), ("worker-exporting", 1), ("worker-exporting-sampled", 1), ("worker-no-telemetry", 2)):
-            log(f"3/5. drain {backlog_w} records: {n} x {kind}")
-            tr = e2e.traffic(grammars, backlog_w, seed=12 + n, tag=f"{tag}-{kind}-{n}")
-            out[f"{kind}_drain_{n}"] = await e2e.drain(stage(f"{kind}{n}"), kind, n, tr.records, logs)
-        log("profile (py-spy): one worker as shipped, draining a backlog")
-        tr = e2e.traffic(grammars, backlog_w // 2, seed=20, tag=f"{tag}-prof")
-        out["profile_drain"] = await e2e.drain(stage("profile"), "worker", 1, tr.records, logs, profile_s=3.0 if quick else 5.0)
-        raw = logs / "profile.pyspy.txt"
-        if raw.exists():
-            out["profile_raw"] = str(raw)
+        base_pt = e2e.traffic(grammars, backlog_pt, seed=11, tag=f"{tag}-pt").records
+        base_w = e2e.traffic(grammars, backlog_w, seed=12, tag=f"{tag}-w").records
+        floor_file = logs / "io-floor-traffic.pickle"
+        floor_file.write_bytes(pickle.dumps([(r.key, r.value, r.headers) for r in base_w]))
+        for kind in THROUGHPUT_KINDS:
+            log(f"3. starting {kind} (stays up for every round)")
+            st = stage(kind)
+            extra = {"RW_BENCH_FLOOR_TRAFFIC": str(floor_file)} if kind == "io-floor" else {}
+            if kind in ("worker", "worker-no-telemetry"):  # per-phase timestamps (bench.phases), read per latency run
+                extra["RW_BENCH_PHASES"] = str(logs / f"phases-{kind}.json")
+            live[kind] = (await e2e.start_live(kind, st, logs, extra), st)
 
-        pt_max = out["passthrough_drain"]["records_per_s"]
-        w_max = out["worker-no-telemetry_drain_1"]["records_per_s"]
+        def backlog(kind: str, label: str) -> list[e2e.Record]:
+            if kind == "io-floor":
+                return base_w  # its table is precomputed for exactly these records
+            base, old = (base_w, f"{tag}-w") if kind.startswith("worker") else (base_pt, f"{tag}-pt")
+            return e2e.retag(base, old, f"{tag}-{label}-{kind}")
+
+        log("3. warm-up round (not counted): lazy imports and each grammar's first runs")
+        for kind, (consumer, st) in live.items():
+            await e2e.drain_live(consumer, st, backlog(kind, "warm")[: max(2000, backlog_w // 3)])
+        per_round: dict[str, list[float]] = {k: [] for k in THROUGHPUT_KINDS}
+        for r in range(rounds):
+            for kind in THROUGHPUT_KINDS:
+                consumer, st = live[kind]
+                records = backlog(kind, f"t{r}")
+                spy = None
+                if kind == "worker" and r == rounds - 1:
+                    spy = e2e._py_spy(consumer.proc.pid, 3.0 if quick else 5.0, logs / "profile.pyspy.txt")
+                result = await e2e.drain_live(consumer, st, records)
+                if spy is not None:
+                    spy.wait(40)
+                    out["profile_raw"] = str(logs / "profile.pyspy.txt")
+                per_round[kind].append(result["records_per_s"])
+            log(f"3. round {r + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.0f}/s" for k, v in per_round.items()))
+        out["throughput_rounds"] = per_round
+
+        w_max = statistics.median(per_round["worker"])
         out["latency"] = []
-        plan = (
-            ("50% of passthrough max", 0.5 * pt_max, ("passthrough", "worker-no-telemetry", "worker")),
-            ("50% of worker max", 0.5 * w_max, ("passthrough", "passthrough-pipelined", "faststream-passthrough", "worker-no-telemetry", "worker")),
-            ("25% of worker max", 0.25 * w_max, ("passthrough", "passthrough-pipelined", "faststream-passthrough", "worker-no-telemetry", "worker")),
-        )
-        for label, rate, kinds in plan:
+        for label, share in (("50% of worker max", 0.5), ("25% of worker max", 0.25)):
+            rate = share * w_max
             n_records = int(rate * (send_s + 1.0))
-            for kind in kinds:
-                log(f"3. latency at {rate:.0f} records/s ({label}): {kind}")
-                tr = e2e.traffic(grammars, n_records, seed=30, tag=f"{tag}-lat-{kind}-{int(rate)}", map_events=kind.startswith("worker"))
-                warm = e2e.traffic(grammars, 500 if quick else 2000, seed=31, tag=f"{tag}-warm-{kind}-{int(rate)}").records
-                r = await e2e.latency(stage(f"lat-{kind}"), kind, tr, rate, logs, warm=warm)
-                out["latency"].append({"label": label, **r})
+            base = e2e.traffic(grammars, n_records, seed=30, tag=f"{tag}-lat", map_events=True)
+            for r in range(latency_rounds):
+                for kind in LATENCY_KINDS:
+                    consumer, st = live[kind]
+                    new = f"{tag}-l{int(rate)}-{r}-{kind}"
+                    tr = e2e.Traffic(
+                        e2e.retag(base.records, f"{tag}-lat", new),
+                        {(new + rid[len(f"{tag}-lat") :], seq): i for (rid, seq), i in base.event_source.items()},
+                    )
+                    log(f"3. latency at {rate:.0f} records/s ({label}), round {r + 1}/{latency_rounds}: {kind}")
+                    phases_file = logs / f"phases-{kind}.json"
+                    if kind.startswith("worker"):
+                        consumer.proc.send_signal(signal.SIGUSR1)  # phases from here on
+                    res = await e2e.latency(st, kind, tr, rate, logs, live=consumer)
+                    if kind.startswith("worker"):
+                        consumer.proc.send_signal(signal.SIGUSR1)
+                        await asyncio.sleep(0.5)
+                        res["phases"] = orjson.loads(phases_file.read_bytes()) if phases_file.exists() else None
+                    out["latency"].append({"label": label, "round": r, **res})
+
+        if not quick:
+            log(f"5. drain {backlog_w} records: 2 x worker-no-telemetry (fresh processes; context)")
+            tr = e2e.traffic(grammars, backlog_w, seed=14, tag=f"{tag}-two")
+            out["worker-no-telemetry_drain_2"] = await e2e.drain(stage("worker-no-telemetry2"), "worker-no-telemetry", 2, tr.records, logs)
     finally:
+        for consumer, _ in live.values():
+            consumer.stop()
         await e2e.delete_topics(bootstrap, created)
         out["redis_keys_removed"] = await e2e.delete_bench_keys(redis_url)
     return out
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, min, max and quartiles of per-round values."""
+    import statistics
+
+    ordered = sorted(values)
+    q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) >= 2 else [ordered[0]] * 3
+    return {"median": statistics.median(ordered), "min": ordered[0], "max": ordered[-1], "q1": q[0], "q3": q[2], "n": len(ordered)}
 
 
 # -- summary and table -------------------------------------------------------------------------
@@ -235,56 +320,55 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
         s["speedup_vs_litellm"] = {g: v["speedup_vs_litellm_wire"] for g, v in lite.items()}
         s["speedup_vs_litellm_parser_only"] = {g: v["speedup_vs_litellm_parser_only"] for g, v in lite.items()}
     e = r.get("e2e", {})
-    if "worker-no-telemetry_drain_1" in e:
-        pt = e["passthrough_drain"]["records_per_s"]
-        w0 = e["worker-no-telemetry_drain_1"]["records_per_s"]
-        shipped = e["worker_drain_1"]["records_per_s"]
-        s["worker_to_passthrough"] = shipped / pt  # the issue's worker: Redis writes and OTel on
-        s["worker_no_telemetry_to_passthrough"] = w0 / pt
-        s["telemetry_cost"] = 1 - shipped / w0
-        if "worker-exporting_drain_1" in e:
-            exporting = e["worker-exporting_drain_1"]["records_per_s"]
-            s["worker_exporting_to_passthrough"] = exporting / pt
-            s["exporting_cost"] = 1 - exporting / w0
-        if "worker-exporting-sampled_drain_1" in e:
-            sampled = e["worker-exporting-sampled_drain_1"]["records_per_s"]
-            s["worker_exporting_sampled_to_passthrough"] = sampled / pt
-            s["exporting_sampled_cost"] = 1 - sampled / w0
-        s["two_workers_to_one"] = e["worker-no-telemetry_drain_2"]["records_per_s"] / w0
-        if "passthrough-pipelined_drain" in e:
-            s["passthrough_pipelined_to_passthrough"] = e["passthrough-pipelined_drain"]["records_per_s"] / pt
-        if "faststream-passthrough_drain" in e:
-            fs = e["faststream-passthrough_drain"]["records_per_s"]
-            s["faststream_passthrough_to_passthrough"] = fs / pt
-            s["worker_to_faststream_passthrough"] = w0 / fs
-        by = {(x["label"], x["kind"]): x for x in e.get("latency", [])}
-        for label in ("50% of passthrough max", "50% of worker max", "25% of worker max"):
-            p = by.get((label, "passthrough"))
-            for kind in ("faststream-passthrough", "worker-no-telemetry", "worker"):
-                w = by.get((label, kind))
-                if w and p and w["p99_us"] is not None and p["p99_us"] is not None:
-                    s[f"added_latency_ms @ {label} ({kind})"] = {
-                        "rate": w["target_rate"],
-                        "p50": (w["p50_us"] - p["p50_us"]) / 1000,
-                        "p99": (w["p99_us"] - p["p99_us"]) / 1000,
-                        "worker_p50": w["p50_us"] / 1000,
-                        "worker_p99": w["p99_us"] / 1000,
-                        "passthrough_p50": p["p50_us"] / 1000,
-                        "passthrough_p99": p["p99_us"] / 1000,
-                        "worker_outputs_seen": f"{w['outputs_seen']}/{w['outputs_expected']}",
-                        "worker_median_ms_per_half_second": w.get("median_ms_per_half_second"),
+    rounds = e.get("throughput_rounds")
+    if rounds:
+        s["throughput"] = {kind: spread(v) for kind, v in rounds.items() if v}
+        for name, num, den, target, _ in RATIOS:
+            if rounds.get(num) and rounds.get(den):
+                ratios = [a / b for a, b in zip(rounds[num], rounds[den], strict=True)]
+                s[name] = {**spread(ratios), "target": target, "met": None if target is None else spread(ratios)["median"] >= target}
+        if "worker-no-telemetry_drain_2" in e:
+            s["two_workers_to_one"] = e["worker-no-telemetry_drain_2"]["records_per_s"] / spread(rounds["worker-no-telemetry"])["median"]
+    lat = e.get("latency")
+    if lat:
+        by: dict[tuple[str, int, str], dict[str, Any]] = {(x["label"], x["round"], x["kind"]): x for x in lat}
+        labels = sorted({x["label"] for x in lat}, reverse=True)
+        s["latency"] = {}
+        for label in labels:
+            n = 1 + max(x["round"] for x in lat if x["label"] == label)
+            row: dict[str, Any] = {"rate": next(x["target_rate"] for x in lat if x["label"] == label)}
+            for kind in LATENCY_KINDS:
+                mine = [by.get((label, i, kind)) for i in range(n)]
+                row[kind] = {p: spread([m[f"{p}_us"] / 1000 for m in mine if m and m[f"{p}_us"] is not None] or [float("nan")]) for p in ("p50", "p99")}
+                for base in ("passthrough", "passthrough-pipelined"):
+                    if kind == base or (base == "passthrough-pipelined" and not kind.startswith("worker")):
+                        continue
+                    diffs = {
+                        p: [
+                            (m[f"{p}_us"] - b[f"{p}_us"]) / 1000
+                            for m, b in ((by.get((label, i, kind)), by.get((label, i, base))) for i in range(n))
+                            if m and b and m[f"{p}_us"] is not None and b[f"{p}_us"] is not None
+                        ]
+                        for p in ("p50", "p99")
                     }
-            q = by.get((label, "passthrough-pipelined"))
-            for kind in ("worker-no-telemetry", "worker"):
-                w = by.get((label, kind))
-                if w and q and w["p99_us"] is not None and q["p99_us"] is not None:
-                    s[f"added_latency_vs_pipelined_ms @ {label} ({kind})"] = {
-                        "rate": w["target_rate"],
-                        "p50": (w["p50_us"] - q["p50_us"]) / 1000,
-                        "p99": (w["p99_us"] - q["p99_us"]) / 1000,
-                        "pipelined_passthrough_p50": q["p50_us"] / 1000,
-                        "pipelined_passthrough_p99": q["p99_us"] / 1000,
-                    }
+                    row[kind][f"added_over_{base}"] = {p: spread(d) for p, d in diffs.items() if d}
+            s["latency"][label] = row
+        s["phases"] = {}
+        for x in lat:
+            if x.get("phases"):
+                for phase, v in x["phases"].items():
+                    slot = s["phases"].setdefault(x["label"], {}).setdefault(x["kind"], {}).setdefault(phase, {"p50": [], "p99": [], "max": [], "n": []})
+                    for q in ("p50", "p99", "max", "n"):
+                        slot[q].append(v[q])
+        for label, kinds in s["phases"].items():
+            for kind, phases in kinds.items():
+                for phase, v in phases.items():
+                    phases[phase] = {q: sorted(vals)[len(vals) // 2] for q, vals in v.items()}  # median over rounds
+        s["latency_targets"] = []
+        for label, pct, limit in LATENCY_TARGETS:
+            added = s["latency"].get(label, {}).get("worker", {}).get("added_over_passthrough", {}).get(pct)
+            if added:
+                s["latency_targets"].append({"label": label, "percentile": pct, "limit_ms": limit, **added, "met": added["median"] <= limit})
     return s
 
 
@@ -310,69 +394,55 @@ def render_table(r: dict[str, Any]) -> str:
     if "speedup_vs_litellm" in s:
         per = ", ".join(f"{g} {v:.1f}× (parser-only {s['speedup_vs_litellm_parser_only'][g]:.1f}×)" for g, v in s["speedup_vs_litellm"].items())
         lines.append(f"| reasonwire speed / LiteLLM's streaming path | {per} | ≥ {TARGETS['speedup_vs_litellm']:.0f}× | {_met(min(s['speedup_vs_litellm'].values()) >= TARGETS['speedup_vs_litellm'])} |")
-    if "worker_to_passthrough" in s:
+    if "throughput" in s:
         e = r["e2e"]
-        pt = e["passthrough_drain"]["records_per_s"]
         fan = e.get("fanout", {})
-        fan_txt = f"; outputs per raw record: worker {fan.get('worker_outputs_per_record', 0):.2f}, passthrough 1" if fan else ""
         lines.append(
-            f"| worker throughput / bare passthrough (1 process each; worker as shipped: Redis writes, OTel SDK and guards on, no exporter) "
-            f"| {s['worker_to_passthrough']:.0%} ({e['worker_drain_1']['records_per_s']:.0f} vs {pt:.0f} raw records/s{fan_txt}) "
-            f"| ≥ {TARGETS['worker_to_passthrough']:.0%} | {_met(s['worker_to_passthrough'] >= TARGETS['worker_to_passthrough'])} |"
+            f"| records/s per consumer, median (min–max) over {e['rounds']} alternating rounds | "
+            + "; ".join(f"{k} {v['median']:.0f} ({v['min']:.0f}–{v['max']:.0f})" for k, v in s["throughput"].items())
+            + f" | — | — |"
         )
-        lines.append(
-            f"| same, telemetry off (workers.telemetry replaced by a null object) | {s['worker_no_telemetry_to_passthrough']:.0%} "
-            f"({e['worker-no-telemetry_drain_1']['records_per_s']:.0f} records/s; telemetry as shipped costs {s['telemetry_cost']:.0%} of it) | — | — |"
-        )
-        if "worker_exporting_to_passthrough" in s:
-            lines.append(
-                f"| same, exporting every span and metric (console exporter into the log) | {s['worker_exporting_to_passthrough']:.0%} "
-                f"({e['worker-exporting_drain_1']['records_per_s']:.0f} records/s; {s['exporting_cost']:.0%} below telemetry off) | — | — |"
-            )
-        if "worker_exporting_sampled_to_passthrough" in s:
-            lines.append(
-                f"| same, exporting with 1 % of runs traced (OTEL_TRACES_SAMPLER=parentbased_traceidratio, ARG 0.01) | "
-                f"{s['worker_exporting_sampled_to_passthrough']:.0%} ({e['worker-exporting-sampled_drain_1']['records_per_s']:.0f} records/s; "
-                f"{s['exporting_sampled_cost']:.0%} below telemetry off) | — | — |"
-            )
-        if "faststream_passthrough_to_passthrough" in s:
-            lines.append(
-                f"| FastStream passthrough / bare passthrough (framework alone); worker (telemetry off) / FastStream passthrough | "
-                f"{s['faststream_passthrough_to_passthrough']:.0%} ({e['faststream-passthrough_drain']['records_per_s']:.0f} records/s); "
-                f"{s['worker_to_faststream_passthrough']:.0%} | — | — |"
-            )
-        for label in ("50% of passthrough max", "50% of worker max", "25% of worker max"):
-            for kind in ("worker-no-telemetry", "worker", "faststream-passthrough"):
-                a = s.get(f"added_latency_ms @ {label} ({kind})")
-                if not a:
+        if fan:
+            lines.append(f"| outputs per raw record | worker and I/O floor {fan.get('worker_outputs_per_record', 0):.2f}, passthroughs 1 | — | — |")
+        for name, _, _, target, title in RATIOS:
+            x = s.get(name)
+            if x:
+                goal = f"≥ {target:.0%}" if target is not None else "(context)"
+                lines.append(f"| {title} | {x['median']:.0%} ({x['min']:.0%}–{x['max']:.0%}; IQR {x['q1']:.0%}–{x['q3']:.0%}) | {goal} | {_met(x['met'])} |")
+        for label, row in s.get("latency", {}).items():
+            for kind in ("worker", "worker-no-telemetry", "passthrough-pipelined"):
+                k = row.get(kind, {})
+                added = k.get("added_over_passthrough", {})
+                if not added:
                     continue
-                headline = label.endswith("passthrough max") and kind == "worker"
-                target = f"≤ {TARGETS['added_p99_ms']:.0f} ms" if headline else "(context)"
-                met = _met(a["p99"] <= TARGETS["added_p99_ms"]) if headline else "—"
-                who = {"worker-no-telemetry": "worker, telemetry off", "worker": "worker as shipped"}.get(kind, "FastStream passthrough")
+                who = {"worker": "worker as shipped", "worker-no-telemetry": "worker, telemetry off", "passthrough-pipelined": "pipelined passthrough"}[kind]
+                goals = [(pct, limit) for lab, pct, limit in LATENCY_TARGETS if lab == label and kind == "worker"]
+                goal = ", ".join(f"{pct} ≤ {limit:g} ms" for pct, limit in goals) or "(context)"
+                met = _met(all(added[p]["median"] <= limit for p, limit in goals)) if goals else "—"
+                base = row["passthrough"]
                 lines.append(
-                    f"| added latency per event @ {a['rate']:.0f}/s ({label}, {who}) | p50 {a['p50']:+.1f} ms, p99 {a['p99']:+.1f} ms "
-                    f"(it: p50 {a['worker_p50']:.1f} / p99 {a['worker_p99']:.1f} ms; bare passthrough {a['passthrough_p50']:.1f} / {a['passthrough_p99']:.1f} ms) | {target} | {met} |"
-                )
-        for label in ("50% of worker max", "25% of worker max"):
-            for kind in ("worker-no-telemetry", "worker"):
-                a = s.get(f"added_latency_vs_pipelined_ms @ {label} ({kind})")
-                if a:
-                    who = {"worker-no-telemetry": "worker, telemetry off", "worker": "worker as shipped"}[kind]
-                    lines.append(
-                        f"| same vs the pipelined passthrough @ {a['rate']:.0f}/s ({label}, {who}) | p50 {a['p50']:+.1f} ms, p99 {a['p99']:+.1f} ms "
-                        f"(pipelined passthrough p50 {a['pipelined_passthrough_p50']:.1f} / p99 {a['pipelined_passthrough_p99']:.1f} ms) | (context) | — |"
+                    f"| added latency @ {row['rate']:.0f}/s ({label}, {who}) over the bare passthrough, median (min–max) of {e['latency_rounds']} rounds | "
+                    f"p50 {added['p50']['median']:+.1f} ms ({added['p50']['min']:+.1f}…{added['p50']['max']:+.1f}), "
+                    f"p99 {added['p99']['median']:+.1f} ms ({added['p99']['min']:+.1f}…{added['p99']['max']:+.1f}); "
+                    f"it: p50 {k['p50']['median']:.1f} / p99 {k['p99']['median']:.1f} ms, bare passthrough {base['p50']['median']:.1f} / {base['p99']['median']:.1f} ms"
+                    + (
+                        f"; over the pipelined passthrough p50 {k['added_over_passthrough-pipelined']['p50']['median']:+.1f} / p99 {k['added_over_passthrough-pipelined']['p99']['median']:+.1f} ms"
+                        if k.get("added_over_passthrough-pipelined")
+                        else ""
                     )
-        if "passthrough_pipelined_to_passthrough" in s:
-            lines.append(
-                f"| pipelined bare passthrough / bare passthrough (throughput) | {s['passthrough_pipelined_to_passthrough']:.0%} "
-                f"({e['passthrough-pipelined_drain']['records_per_s']:.0f} records/s) | — | — |"
-            )
-        w2 = e["worker-no-telemetry_drain_2"]["records_per_s"]
-        lines.append(
-            f"| 2 workers / 1 worker (2 cores, broker + Redis on the same machine) | {s['two_workers_to_one']:.2f}× "
-            f"({w2:.0f} vs {e['worker-no-telemetry_drain_1']['records_per_s']:.0f} records/s) | — | — |"
-        )
+                    + f" | {goal} | {met} |"
+                )
+        for label, kinds in s.get("phases", {}).items():
+            for kind, phases in kinds.items():
+                order = ("between_polls", "poll_size", "step", "journal_read", "redis_tx", "to_acked", "close_runs", "commit", "gc0", "gc1", "gc2", "loop_lag")
+                parts = [
+                    f"{ph} {phases[ph]['p50']:.1f}/{phases[ph]['p99']:.1f}" + (f" (n {phases[ph]['n']:.0f}, max {phases[ph]['max']:.1f})" if ph.startswith("gc") else "")
+                    for ph in order
+                    if ph in phases
+                ]
+                lines.append(f"| phases of {kind} @ {label}, ms p50/p99 (poll_size: records), median of rounds | {'; '.join(parts)} | (context) | — |")
+        if "two_workers_to_one" in s:
+            lines.append(f"| 2 workers / 1 worker, telemetry off (one drain, fresh processes; 2 cores shared with broker and Redis) | {s['two_workers_to_one']:.2f}× | — | — |")
     elif "e2e" in r and "skipped" in r["e2e"]:
         lines.append(f"| end to end | skipped: {r['e2e']['skipped']} | | |")
     mem = r.get("memory")
@@ -415,8 +485,27 @@ def render_table(r: dict[str, Any]) -> str:
             if "shares" not in prof:
                 continue
             lines += ["", f"{title}, {name}: " + "; ".join(f"{k} {v:.0%}" for k, v in prof["shares"].items())]
+    lines += ["", *verdicts(s)]
     lines.append("")
     return "\n".join(lines)
+
+
+def verdicts(s: dict[str, Any]) -> list[str]:
+    """Issue 17's targets, each judged on the median of its per-round values, with the spread."""
+    out = []
+    for name, _, _, target, title in RATIOS:
+        x = s.get(name)
+        if x and target is not None:
+            out.append(
+                f"- {'MET' if x['met'] else 'NOT MET'}: {title} ≥ {target:.0%} — median {x['median']:.1%} "
+                f"(min–max {x['min']:.1%}–{x['max']:.1%}, {x['n']} rounds)"
+            )
+    for t in s.get("latency_targets", []):
+        out.append(
+            f"- {'MET' if t['met'] else 'NOT MET'}: added {t['percentile']} latency at {t['label']} (worker as shipped − bare passthrough) "
+            f"≤ {t['limit_ms']:g} ms — median {t['median']:+.2f} ms (min–max {t['min']:+.2f}…{t['max']:+.2f} ms, {t['n']} rounds)"
+        )
+    return (["Targets (verdicts from the medians):", *out]) if out else []
 
 
 if __name__ == "__main__":

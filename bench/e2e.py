@@ -200,7 +200,8 @@ class Stage:
 class Consumer:
     """A worker or passthrough OS process with its log."""
 
-    def __init__(self, kind: str, stage: Stage, log: Path) -> None:
+    def __init__(self, kind: str, stage: Stage, log: Path, extra_env: dict[str, str] | None = None) -> None:
+        self.kind = kind
         telemetry, pipelined, exporter, sampler = "on", "0", "none", {}
         if kind == "worker-no-telemetry":
             kind, telemetry = "worker", "off"
@@ -229,8 +230,11 @@ class Consumer:
             "OTEL_METRICS_EXPORTER": exporter,
             "OTEL_LOGS_EXPORTER": "none",
             **sampler,
+            **(extra_env or {}),
         }
-        module = {"worker": "bench.worker_main", "faststream-passthrough": "bench.faststream_passthrough"}.get(kind, "bench.passthrough")
+        module = {"worker": "bench.worker_main", "faststream-passthrough": "bench.faststream_passthrough", "io-floor": "bench.io_floor"}.get(
+            kind, "bench.passthrough"
+        )
         self.log = log
         self._out = log.open("wb")
         self.proc = subprocess.Popen([sys.executable, "-m", module], env=env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT)
@@ -326,6 +330,50 @@ async def produce(bootstrap: str, topic: str, records: Sequence[Record]) -> None
 # -- throughput -----------------------------------------------------------------------
 
 
+def retag(records: Sequence[Record], old: str, new: str) -> list[Record]:
+    """The same records under other run ids (``{old}-N`` → ``{new}-N``): every round of a worker
+    needs runs it has never met (the runs of an earlier round have ended, in Redis too)."""
+    out = []
+    for r in records:
+        run_id = new + r.run_id[len(old) :]
+        key = run_id.encode()
+        out.append(Record(run_id, r.seq, key, r.value, [(k, key if v == r.key else v) for k, v in r.headers]))
+    return out
+
+
+async def start_live(kind: str, stage: Stage, logs: Path, extra_env: dict[str, str] | None = None) -> Consumer:
+    """A consumer process that stays up for every round (its start-up and group join are not
+    in any measurement; a warm-up backlog pays its first-use costs)."""
+    await create_topics(stage)
+    consumer = Consumer(kind, stage, logs / f"{stage.name}.log", extra_env)
+    await wait_assigned([consumer])
+    return consumer
+
+
+async def drain_live(consumer: Consumer, stage: Stage, records: Sequence[Record]) -> dict[str, Any]:
+    """One round: the backlog produced to a running consumer; the committed-offset slope after
+    the backlog is fully produced (see :func:`drain`), counted from this round's start."""
+    total = len(records)
+    admin = AIOKafkaAdminClient(bootstrap_servers=stage.bootstrap)
+    await admin.start()
+    samples: list[tuple[float, int]] = []
+    try:
+        base = await _committed(admin, stage.group)
+        await produce(stage.bootstrap, stage.source, records)
+        produced_at = time.monotonic()
+        deadline = time.monotonic() + 120
+        done = 0
+        while done < total and time.monotonic() < deadline:
+            consumer.check_alive()
+            done = await _committed(admin, stage.group) - base
+            samples.append((time.monotonic(), done))
+            await asyncio.sleep(0.05)
+    finally:
+        await admin.close()
+    return {"kind": consumer.kind, "records": total, **_slope(samples, total, produced_at)}
+
+
+
 async def _committed(admin: AIOKafkaAdminClient, group: str) -> int:
     offsets = await admin.list_consumer_group_offsets(group)
     return sum(max(0, o.offset) for o in offsets.values())
@@ -388,18 +436,33 @@ def _slope(samples: list[tuple[float, int]], total: int, produced_at: float) -> 
 
 
 async def latency(
-    stage: Stage, kind: str, tr: Traffic, rate: float, logs: Path, *, warmup_s: float = 1.0, warm: Sequence[Record] = ()
+    stage: Stage,
+    kind: str,
+    tr: Traffic,
+    rate: float,
+    logs: Path,
+    *,
+    warmup_s: float = 1.0,
+    warm: Sequence[Record] = (),
+    live: Consumer | None = None,
 ) -> dict[str, Any]:
     """Latency per output at a fixed send rate. ``warm``: records of other runs drained before
     the timed sending starts, so first-use costs (lazy imports, each grammar's first run) are
-    not in the measurement; the first ``warmup_s`` of timed sending is left out as well."""
-    await create_topics(stage)
-    consumer = Consumer(kind, stage, logs / f"{stage.name}.log")
+    not in the measurement; the first ``warmup_s`` of timed sending is left out as well.
+    ``live``: a consumer already running on ``stage`` (warmed by earlier rounds): the
+    collector starts at the end of its output topic."""
+    if live is None:
+        await create_topics(stage)
+    consumer = live or Consumer(kind, stage, logs / f"{stage.name}.log")
     collector = AIOKafkaConsumer(bootstrap_servers=stage.bootstrap, group_id=None, auto_offset_reset="earliest")
     producer = AIOKafkaProducer(bootstrap_servers=stage.bootstrap, acks="all")
     await collector.start()
     await producer.start()
     collector.assign([TopicPartition(stage.sink, p) for p in range(PARTITIONS)])
+    if live is not None:
+        await collector.seek_to_end()
+        for p in range(PARTITIONS):
+            await collector.position(TopicPartition(stage.sink, p))  # resolved now, before sending
     sent_ns: list[int] = [0] * len(tr.records)
     arrivals: list[tuple[int, int]] = []  # (raw record index, arrival ns)
     index_of = {(r.run_id, r.seq): i for i, r in enumerate(tr.records)}
@@ -421,7 +484,8 @@ async def latency(
                         arrivals.append((src, now))
 
     try:
-        await wait_assigned([consumer])
+        if live is None:
+            await wait_assigned([consumer])
         warm_s = await _warm_up(stage, consumer, warm) if warm else 0.0
         task = asyncio.create_task(collect())
         start = time.perf_counter()
@@ -444,7 +508,8 @@ async def latency(
     finally:
         await producer.stop()
         await collector.stop()
-        consumer.stop()
+        if live is None:
+            consumer.stop()
     first_measured = int(warmup_s * rate)
     lat_us = sorted((now - sent_ns[src]) / 1000 for src, now in arrivals if src >= first_measured)
     # median latency per half second of sending: flat = keeping up, rising = queueing
@@ -472,12 +537,13 @@ async def latency(
 async def _warm_up(stage: Stage, consumer: Consumer, warm: Sequence[Record]) -> float:
     """Produce ``warm`` as a backlog and wait until the consumer committed all of it."""
     started = time.monotonic()
-    await produce(stage.bootstrap, stage.source, warm)
     admin = AIOKafkaAdminClient(bootstrap_servers=stage.bootstrap)
     await admin.start()
+    base = await _committed(admin, stage.group)
+    await produce(stage.bootstrap, stage.source, warm)
     try:
         deadline = time.monotonic() + 60
-        while await _committed(admin, stage.group) < len(warm):
+        while await _committed(admin, stage.group) < base + len(warm):
             consumer.check_alive()
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{stage.name}: the warm-up backlog was not consumed in 60 s")

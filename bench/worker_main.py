@@ -52,6 +52,9 @@ class _Null:
 def main() -> None:
     prefix_topics(os.environ["RW_BENCH_TOPIC_PREFIX"])
     import workers.normalize as worker
+    from bench import phases
+
+    phases.maybe_install()
 
     if os.environ.get("RW_BENCH_TELEMETRY") == "off":
         for name in ("setup_telemetry", "NormalizerTelemetry"):

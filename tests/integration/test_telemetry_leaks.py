@@ -99,13 +99,23 @@ def _span_texts(span: ReadableSpan) -> list[str]:
     return texts
 
 
-def _worker_done(spans: InMemorySpanExporter, run_ids: list[str]) -> bool:
+def _worker_done(spans: InMemorySpanExporter, metrics: InMemoryMetricReader, run_ids: list[str]) -> bool:
     """This process's worker ended every run and dead-lettered the bad record (a broker shared
-    with other consumer groups may publish the same events first: the Collector alone proves nothing)."""
+    with other consumer groups may publish the same events first: the Collector alone proves nothing).
+    The bad record belongs to no run, so no span covers it: the dead-letter counter says it."""
     finished = spans.get_finished_spans()
     ended = {s.attributes.get("reasonwire.run.id") for s in finished if s.name == "reasonwire.run"}
-    dead_lettered = any(s.attributes.get("reasonwire.dlq.cause") == "envelope" for s in finished)
-    return dead_lettered and all(r in ended for r in run_ids)
+    if not all(r in ended for r in run_ids):
+        return False
+    data = metrics.get_metrics_data()
+    return any(
+        p.attributes.get("reasonwire.dlq.cause") == "envelope"
+        for rm in (data.resource_metrics if data else ())
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "reasonwire.dlq.records"
+        for p in m.data.data_points
+    )
 
 
 async def _until(done: Any, timeout: float = 120) -> None:
@@ -157,7 +167,7 @@ async def test_no_artefact_or_reasoning_escapes_into_spans_metrics_or_logs_even_
 
     try:
         await app.start()
-        await _until(lambda: _worker_done(spans, [run.run_id for _, run, _ in runs]) and bool(quoted))
+        await _until(lambda: _worker_done(spans, metrics, [run.run_id for _, run, _ in runs]) and bool(quoted))
         async with Collector(settings.kafka_bootstrap_servers) as c:
             await c.until(lambda c: all(c.finished(run.run_id) for _, run, _ in runs))
     finally:

@@ -53,7 +53,7 @@ def _metric_points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[st
     for rm in data.resource_metrics if data else ():
         for sm in rm.scope_metrics:
             for m in sm.metrics:
-                out[m.name] = [(dict(p.attributes), p.value) for p in m.data.data_points]
+                out[m.name] = [(dict(p.attributes), getattr(p, "value", None) if hasattr(p, "value") else p.count) for p in m.data.data_points]
     return out
 
 
@@ -323,13 +323,14 @@ def test_a_run_span_carries_genai_usage_and_latency_and_links_to_the_producer_P6
     assert run.attributes["gen_ai.usage.reasoning.output_tokens"] == usage["reasoning_tokens"]
     assert run.attributes["gen_ai.response.finish_reasons"] == ("tool_use",)
     assert run.attributes["reasonwire.usage.time_to_first_reasoning_ms"] <= run.attributes["reasonwire.usage.time_to_first_text_ms"]
-    records_ = [s for s in finished if s.name == "process reasoning.raw.v1"]
-    assert len(records_) == len(records)
-    in_run = [s for s in records_ if s.parent is not None and s.parent.span_id == run.context.span_id]
-    assert len(in_run) == len(records) - 1  # the end record arrives after the run ended: no run span
-    assert all(format(s.links[0].context.span_id, "016x") == TRACEPARENT.split("-")[2] for s in records_)
-    assert records_[-1].attributes["reasonwire.record.outcome"] == "skipped_run_ended"
-    [artefact] = [e for s in records_ for e in s.events if e.name == "reasonwire.artefact"]
+    # One process span for the poll's records of the run (not one per record), under the run span,
+    # linked to the producer's context; the end record arrives after the run ended: not the run's.
+    [process] = [s for s in finished if s.name == "process reasoning.raw.v1"]
+    assert process.parent is not None and process.parent.span_id == run.context.span_id
+    assert process.attributes["messaging.batch.message_count"] == len(records) - 1 == run.attributes["reasonwire.run.records"]
+    assert process.attributes["messaging.operation.type"] == "process" and process.attributes["messaging.destination.partition.id"] == "3"
+    assert [format(link.context.span_id, "016x") for link in process.links] == [TRACEPARENT.split("-")[2]]
+    [artefact] = [e for e in process.events if e.name == "reasonwire.artefact"]
     assert set(artefact.attributes) == {
         "reasonwire.artefact.kind",
         "reasonwire.artefact.subtype",
@@ -340,6 +341,8 @@ def test_a_run_span_carries_genai_usage_and_latency_and_links_to_the_producer_P6
     points = _metric_points(metrics)
     assert sum(v for _, v in points["reasonwire.artefacts.size"]) == artefact.attributes["reasonwire.artefact.bytes"]
     assert {labels["messaging.destination.name"] for labels, _ in points["reasonwire.events"]} >= {topics.EVENTS}
+    outcomes = {labels["reasonwire.record.outcome"]: v for labels, v in points["reasonwire.records"]}
+    assert outcomes.get("skipped_run_ended") == 1 and sum(outcomes.values()) == len(records)
 
 
 def test_unknown_events_and_dead_letters_are_counted_by_fixed_labels_P3_R7(telemetry: Any) -> None:
@@ -357,7 +360,10 @@ def test_unknown_events_and_dead_letters_are_counted_by_fixed_labels_P3_R7(telem
     points = _metric_points(metrics)
     unknown = {labels["reasonwire.warning.code"]: v for labels, v in points["reasonwire.events.unknown"]}
     assert unknown == {"unknown_event": 1, "unknown_delta": 1, "unknown_block": 1}  # expected.json unknown_lines 2, 5, 11
-    assert sorted((labels.get("reasonwire.dlq.cause"), v) for labels, v in points["reasonwire.dlq.records"]) == [("envelope", 1), ("malformed_event", 1)]
+    assert sorted((labels.get("reasonwire.dlq.cause"), labels.get("reasonwire.dlq.code"), v) for labels, v in points["reasonwire.dlq.records"]) == [
+        ("envelope", "invalid_envelope", 1),
+        ("malformed_event", "malformed_event", 1),
+    ]  # by the rw-dlq-code the dead letter carries
 
 
 def test_a_failed_batch_ends_its_spans_with_the_exception_type_only_and_counts_nothing_P8(telemetry: Any) -> None:
@@ -372,10 +378,10 @@ def test_a_failed_batch_ends_its_spans_with_the_exception_type_only_and_counts_n
             steps = _steps(normalizer, records)
             trace.stepped(steps)
             raise StoreOutage(f"SET rw:artefact {next(a for s in steps for a in s.artefacts).value}")
-    finished = spans.get_finished_spans()
-    assert len(finished) == len(records) and all(s.status.status_code is StatusCode.ERROR for s in finished)
-    assert {s.status.description for s in finished} == {"StoreOutage"}
-    assert all(s.attributes["error.type"].endswith("StoreOutage") and not s.events for s in finished)
+    [failed] = spans.get_finished_spans()  # the run's process span for this poll; the run goes on (retried)
+    assert failed.status.status_code is StatusCode.ERROR and failed.status.description == "StoreOutage"
+    assert failed.attributes["error.type"].endswith("StoreOutage") and not failed.events
+    assert failed.attributes["messaging.batch.message_count"] == len(records) and list(traces.runs) == [("acme", "run-1")]
     assert "reasonwire.records" not in _metric_points(metrics)  # the redelivered poll counts once
 
 
@@ -400,7 +406,7 @@ def test_without_exporters_a_batch_builds_no_span_but_still_registers_its_conten
         with traces.batch(records) as trace:
             steps = _steps(normalizer, records)
             trace.stepped(steps)
-        assert trace._headers is None and not traces.runs  # noqa: SLF001 - headers never read, no run span
+        assert not traces.runs and not t.tracing  # no run met: nothing read, no span
         [value] = [a.value for s in steps for a in s.artefacts]
         reasoning = "".join(
             e["delta"] for s in steps for o in s.outbound if o.topic == topics.EVENTS for e in [orjson.loads(o.value)] if e["type"] == "REASONING_MESSAGE_CONTENT"
@@ -484,3 +490,81 @@ def test_replays_dropped_by_issuer_are_counted_by_provider_and_reason_R8() -> No
     finally:
         telemetry.log_guard.uninstall()
     assert points == [({"gen_ai.provider.name": "anthropic", "reasonwire.replay.drop_reason": "foreign_issuer"}, 1)]
+
+
+# -- issue 17: nothing per record for a run that is not traced -------------------------------
+
+
+def _with_traceparent(records: list[RawRecord], traceparent: str) -> list[RawRecord]:
+    return [r._replace(headers=tuple((k, traceparent.encode() if k == "traceparent" else v) for k, v in r.headers)) for r in records]
+
+
+def test_an_unsampled_producer_context_costs_no_span_and_no_parsing_per_record_P8(telemetry: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the default parent-based sampler, a ``traceparent`` whose sampled flag is off decides
+    the run from its last character: the propagator is never called, the headers are read once
+    for the run (not per record) and no span is started — yet every record is counted."""
+    import workers.telemetry.normalizer as tn
+
+    t, spans, metrics = telemetry
+    traces, normalizer = NormalizerTelemetry(t, group_id="g"), Normalizer()
+    records = _with_traceparent(_records(), TRACEPARENT[:-2] + "00")
+    assert traces.skip_unsampled  # the SDK default, parentbased_always_on
+    reads: list[RawRecord] = []
+    real_of = tn._Headers.of
+    monkeypatch.setattr(tn._Headers, "of", classmethod(lambda cls, r: reads.append(r) or real_of(r)))
+    monkeypatch.setattr(tn._PROPAGATOR, "extract", lambda *a, **k: pytest.fail("an unsampled traceparent was parsed"))
+    monkeypatch.setattr(t.tracer_provider, "get_tracer", lambda *a, **k: pytest.fail("a tracer was asked for a span"))
+    for lo in range(0, len(records), 5):
+        with traces.batch(records[lo : lo + 5]) as trace:
+            trace.stepped(_steps(normalizer, records[lo : lo + 5]))
+    assert spans.get_finished_spans() == ()
+    assert len(reads) == 2  # the run's first record, and the end record that comes after the run ended
+    assert sum(v for _, v in _metric_points(metrics)["reasonwire.records"]) == len(records)
+
+
+def test_a_sampled_flag_in_any_flags_byte_is_honoured(telemetry: Any) -> None:
+    """The sampled bit is bit 0 of the flags: ``03`` and ``0b`` are sampled, ``02`` and ``0a`` are not."""
+    t, spans, _ = telemetry
+    traced = []
+    for i, flags in enumerate(("03", "0b", "02", "0a")):
+        traces, normalizer = NormalizerTelemetry(t, group_id="g"), Normalizer()
+        run = RunEnvelope("anthropic-messages", f"run-{i}", "thread-1", tenant="acme")
+        records = _with_traceparent(_records(run=run)[:3], TRACEPARENT[:-2] + flags)
+        with traces.batch(records) as trace:
+            trace.stepped(_steps(normalizer, records))
+        traced.append(traces.runs[("acme", f"run-{i}")].span is not None)
+    assert traced == [True, True, False, False]
+
+
+def test_each_poll_of_a_traced_run_is_one_process_span_under_the_run(telemetry: Any) -> None:
+    t, spans, _ = telemetry
+    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()
+    for lo in range(0, len(records), 8):
+        with traces.batch(records[lo : lo + 8]) as trace:
+            trace.stepped(_steps(normalizer, records[lo : lo + 8]))
+    finished = spans.get_finished_spans()
+    [run] = [s for s in finished if s.name == "reasonwire.run"]
+    polls = [s for s in finished if s.name == "process reasoning.raw.v1"]
+    assert [p.attributes["messaging.batch.message_count"] for p in polls] == [8, 8, len(records) - 17]  # the last poll's end record is no run's
+    assert all(p.parent.span_id == run.context.span_id for p in polls)
+    assert [p.attributes["messaging.kafka.offset"] for p in polls] == [0, 8, 16]
+
+
+def test_poll_duration_and_end_to_end_delay_are_recorded_per_poll() -> None:
+    """One poll-duration point per poll; one delay point per partition per poll (its oldest record)."""
+    reader = InMemoryMetricReader()
+    t = setup_telemetry(metric_reader=reader, install_global=False, env={})
+    try:
+        traces, normalizer = NormalizerTelemetry(t, group_id="g"), Normalizer()
+        now_ms = int(__import__("time").time() * 1000)
+        records = [r._replace(timestamp=now_ms - 2000 + i, partition=i % 2) for i, r in enumerate(_records()[:6])]
+        with traces.batch(records) as trace:
+            trace.stepped(_steps(normalizer, records))
+            trace.acknowledged()
+        points = {m.name: m.data.data_points for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    finally:
+        t.log_guard.uninstall()
+    [duration] = points["reasonwire.poll.duration"]
+    [delay] = points["reasonwire.record.delay"]
+    assert duration.count == 1 and duration.sum < 5
+    assert delay.count == 2 and 3.9 < delay.sum < 10  # two partitions, each ~2 s old

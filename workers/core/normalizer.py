@@ -86,6 +86,8 @@ class RawRecord(NamedTuple):
     """As the Kafka client hands them over (a header's value may be absent)."""
     partition: int = 0
     offset: int = -1
+    timestamp: int = -1
+    """The record's Kafka timestamp (ms since the epoch; -1: unknown), for telemetry's end-to-end delay."""
 
 
 KafkaHeaders = list[tuple[str, bytes | None]]

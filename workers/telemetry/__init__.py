@@ -26,7 +26,7 @@ and keep the providers local (``install_global=False``).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
@@ -39,7 +39,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 
-from workers.telemetry.guard import ContentGuard, GuardedCounter, GuardedSpanProcessor, LogGuard
+from workers.telemetry.guard import ContentGuard, GuardedCounter, GuardedHistogram, GuardedSpanProcessor, LogGuard
 from workers.telemetry.registry import OpaqueRegistry
 from workers.telemetry.vocabulary import METRIC_ATTRIBUTES, RW_GUARD_SIGNAL
 
@@ -76,6 +76,12 @@ class Telemetry:
     def counter(self, name: str, *, unit: str, description: str) -> GuardedCounter:
         meter = self.meter_provider.get_meter(SCOPE)
         return GuardedCounter(meter.create_counter(name, unit=unit, description=description), self.guard)
+
+    def histogram(self, name: str, *, unit: str, description: str, buckets: Sequence[float] | None = None) -> GuardedHistogram:
+        meter = self.meter_provider.get_meter(SCOPE)
+        return GuardedHistogram(
+            meter.create_histogram(name, unit=unit, description=description, explicit_bucket_boundaries_advisory=buckets), self.guard
+        )
 
     def shutdown(self) -> None:
         """Flush and stop exporting; the log guard stays (late log lines are still redacted)."""

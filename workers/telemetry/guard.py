@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.context import Context
-from opentelemetry.metrics import Counter, NoOpCounter
+from opentelemetry.metrics import Counter, Histogram, NoOpCounter, NoOpHistogram
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import Link, Status
 
@@ -172,6 +172,20 @@ class GuardedCounter:
         if amount and self.live:
             kept, _ = self.guard.attributes(attributes, METRIC_ATTRIBUTES)
             self.counter.add(amount, kept)
+
+
+class GuardedHistogram:
+    """A histogram whose data points carry only allowlisted, well-formed attribute values."""
+
+    def __init__(self, histogram: Histogram, guard: ContentGuard) -> None:
+        self.histogram = histogram
+        self.guard = guard
+        self.live = not isinstance(histogram, NoOpHistogram)
+
+    def record(self, amount: float, attributes: Mapping[str, Any] | None = None) -> None:
+        if self.live:
+            kept = self.guard.attributes(attributes, METRIC_ATTRIBUTES)[0] if attributes else None
+            self.histogram.record(amount, kept)
 
 
 # -- logs -------------------------------------------------------------------------------

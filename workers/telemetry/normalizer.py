@@ -6,30 +6,46 @@ The worker calls one hook per moment of its life, and nothing else:
 
 * ``telemetry.batch(records)`` when a poll starts (a context manager; the
   pipelined worker enters it and exits it when the poll is committed or
-  failed), and ``trace.stepped(steps)`` once the core has produced the batch's
-  Steps (before anything is written or published) — the expiry tick does the
+  failed), ``trace.stepped(steps)`` once the core has produced the batch's
+  Steps (before anything is written or published) and ``trace.acknowledged()``
+  once the broker acknowledged the poll's outputs — the expiry tick does the
   same with no records;
 * ``telemetry.forget(partitions)`` when partitions are revoked;
 * ``telemetry.shutdown()`` when the app stops.
 
-Spans. A **run span** (``reasonwire.run``) lives from the first record of a
-run this worker handles to the run's end (or until its partition is handed
-over); its parent is the producer's context from the W3C ``traceparent`` /
-``tracestate`` headers of that first record, so the run appears in the trace of
-the service that called the provider. A **record span** (``process
-reasoning.raw.v1``, kind CONSUMER) covers one raw record from the start of its
-poll to the batch's commit; its parent is the run span and it *links*
-to the record's own producer context. Usage, finish reason and latency land on
-the run span when the core reports the run ended; artefacts appear only as
-``reasonwire.artefact`` span events with kind, subtype, size and a hash.
+Spans (OpenTelemetry messaging conventions for batch consumers, docs/telemetry.md
+says why this shape). A **run span** (``reasonwire.run``) lives from the first
+record of a run this worker handles to the run's end (or until its partition is
+handed over); its parent is the producer's context from the W3C ``traceparent``
+/ ``tracestate`` headers of that first record, so a parent-based sampler follows
+the ingress's decision and a traced run is traced whole. Under it, one
+**process span** (``process reasoning.raw.v1``, kind CONSUMER) per poll that
+held records of the run: the run's records in that poll, from the start of the
+poll to its commit, linked to the records' producer contexts (sampled ones
+only). Usage, finish reason and latency land on the run span when the core
+reports the run ended; artefacts and translator warnings appear only as
+``reasonwire.artefact`` / ``reasonwire.warning`` events with kinds, codes, sizes
+and hashes.
 
-Cost. Nothing is built that nothing reads: without a trace exporter (the API's
-no-op tracer provider) no span is started and the headers are never decoded;
-without a metric reader no data point is built; a span a sampler dropped gets
-no attributes. Content is registered for the log guard in every case.
+Cost. Nothing is built that nothing reads, and nothing is done per record for a
+run that is not traced: the sampling decision is taken once per run, on its
+first record; with a parent-based sampler an unsampled ``traceparent`` is
+judged by its last character (the sampled flag) without the propagator. A run
+that is not traced costs a dictionary entry (its provider name, for the
+metrics' labels). Without a trace exporter (the API's no-op tracer provider)
+no span is started and no header is decoded; without a metric reader no data
+point is built. Counters are summed per poll and label set before they are
+added. Content is registered for the log guard in every case.
+
+Metrics. Counters of records by outcome, events by topic, unknown events,
+dead letters by code (``rw-dlq-code``), artefacts; histograms of the poll
+duration (start of the poll → commit) and of the end-to-end delay (the raw
+record's Kafka timestamp → its outputs acknowledged), measured once per
+partition per poll on the partition's oldest record in it (the poll's worst
+case there; per record it would cost a data point per record).
 
 Errors. A batch that fails (Redis or the broker failed; the worker rewinds and
-the poll is redelivered) ends its record spans with status ERROR, the
+the poll is redelivered) ends its process spans with status ERROR, the
 exception's *type name* as description and ``error.type``; the exception
 itself is never recorded (its message may quote content). Metrics are counted
 only for batches that succeeded, so a redelivered poll is not counted twice.
@@ -61,7 +77,6 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from contracts import topics
 from contracts.envelope import (
     DEFAULT_TENANT,
-    HEADER_CONTROL,
     HEADER_MODEL,
     HEADER_PROVIDER,
     HEADER_RUN_ID,
@@ -71,21 +86,31 @@ from contracts.envelope import (
 )
 from contracts.grammars import Grammar
 from contracts.usage import UsageRecord
+from workers.core.delivery import DeadLetterCode
 from workers.core.normalizer import RawRecord, Step
 from workers.telemetry import Telemetry
 from workers.telemetry import vocabulary as v
 
 _PROPAGATOR = TraceContextTextMapPropagator()
-_TRACE_HEADERS = ("traceparent", "tracestate")
+_TRACEPARENT, _TRACESTATE = "traceparent", "tracestate"
+_TRACEPARENT_LENGTH = 55
+"""``00-<32 hex trace id>-<16 hex span id>-<2 hex flags>``: the only length whose last character
+is certainly the low digit of the flags (version 00; a longer future version is parsed in full)."""
+_SAMPLED_LAST = frozenset(b"13579bdfBDF")
+"""The flags' low hex digit when the sampled bit (bit 0) is set."""
 _REASONING_TEXT = (b'"REASONING_MESSAGE_CONTENT"', b'"REASONING_MESSAGE_CHUNK"')
 _REASONING_END = b'"REASONING_MESSAGE_END"'
 _ENCRYPTED_VALUE = b'"REASONING_ENCRYPTED_VALUE"'
 _EVENT_TOPICS = frozenset(set(topics.ALL) - {topics.RAW, topics.DLQ, topics.USAGE})
+MAX_LINKS = 32
+"""Process-span links beyond the run's own producer context (records of one run normally share it)."""
+SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+"""Histogram buckets of the duration metrics (seconds; the SDK's default buckets are for milliseconds)."""
 
 
 @dataclass
 class _Headers:
-    """What telemetry reads from a raw record's headers (never its key or value)."""
+    """What telemetry reads from a raw record's headers (never its key or value): once per run."""
 
     run_id: str | None
     tenant: str
@@ -93,8 +118,8 @@ class _Headers:
     model: str | None
     thread_id: str | None
     seq: int | None
-    control: bool
-    producer: Context
+    traceparent: bytes | None
+    tracestate: bytes | None
 
     @classmethod
     def of(cls, record: RawRecord) -> _Headers:
@@ -106,7 +131,6 @@ class _Headers:
 
         grammar = text(HEADER_PROVIDER)
         seq = text(HEADER_SEQ)
-        carrier = {name: value for name in _TRACE_HEADERS if (value := text(name)) is not None}
         return cls(
             run_id=text(HEADER_RUN_ID),
             tenant=text(HEADER_TENANT) or DEFAULT_TENANT,
@@ -114,36 +138,81 @@ class _Headers:
             model=text(HEADER_MODEL),
             thread_id=text(HEADER_THREAD_ID),
             seq=int(seq) if seq is not None and seq.isascii() and seq.isdigit() else None,  # int("²") raises
-            control=text(HEADER_CONTROL) is not None,
-            producer=_PROPAGATOR.extract(carrier, context=Context()) if carrier else Context(),
+            traceparent=raw.get(_TRACEPARENT),
+            tracestate=raw.get(_TRACESTATE),
         )
 
     @property
-    def producer_link(self) -> list[Link]:
-        context = trace.get_current_span(self.producer).get_span_context()
-        return [Link(context)] if context.is_valid else []
+    def provider(self) -> str | None:
+        return self.grammar.provider_name if self.grammar else None
+
+
+def _traceparent(record: RawRecord) -> bytes | None:
+    for name, value in record.headers:
+        if name == _TRACEPARENT:
+            return value
+    return None
+
+
+def _producer_context(traceparent: bytes | None, tracestate: bytes | None) -> Context:
+    """The W3C propagator's reading of the two headers (an invalid one gives an empty context)."""
+    if traceparent is None:
+        return Context()
+    carrier = {_TRACEPARENT: traceparent.decode("ascii", "replace")}
+    if tracestate is not None:
+        carrier[_TRACESTATE] = tracestate.decode("ascii", "replace")
+    return _PROPAGATOR.extract(carrier, context=Context())
+
+
+def _sampled_link(context: Context) -> Link | None:
+    """A link to a producer context, only when it is valid and sampled (an unsampled one leads
+    to spans nobody recorded)."""
+    span_context = trace.get_current_span(context).get_span_context()
+    return Link(span_context) if span_context.is_valid and span_context.trace_flags.sampled else None
+
+
+def _drops_unsampled_parents(provider: Any) -> bool:
+    """True when the provider's sampler drops every span whose remote parent is not sampled
+    (``parentbased_*``, the SDK's default): then an unsampled ``traceparent`` decides the run
+    without parsing it or starting a span."""
+    from opentelemetry.sdk.trace.sampling import Decision, ParentBased, StaticSampler
+
+    sampler = getattr(provider, "sampler", None)
+    if not isinstance(sampler, ParentBased):
+        return False
+    judge = getattr(sampler, "_remote_parent_not_sampled", None)
+    return isinstance(judge, StaticSampler) and getattr(judge, "_decision", None) is Decision.DROP
+
+
+class _RunTrace:
+    """One run this worker handles: its span when traced, its provider name for metric labels."""
+
+    __slots__ = ("span", "provider", "partition", "traceparent", "link", "records", "events")
+
+    def __init__(self, span: Span | None, provider: str | None, partition: int, traceparent: bytes | None, link: Link | None) -> None:
+        self.span = span
+        """``None``: the run is not traced (the sampler dropped it, or nothing exports spans)."""
+        self.provider = provider
+        self.partition = partition
+        self.traceparent = traceparent
+        self.link = link
+        self.records = 0
+        self.events = 0
 
 
 @dataclass
-class _RunTrace:
-    span: Span
-    grammar: Grammar | None
-    partition: int
+class _PollOfRun:
+    """What one poll did for one traced run: becomes that poll's process span under the run."""
+
+    run: _RunTrace
     records: int = 0
     events: int = 0
-
-
-@dataclass
-class _Outcome:
-    """The telemetry facts of one Step."""
-
-    outcome: str
-    cause: str | None = None
-    events: dict[str, int] = field(default_factory=dict)
-    unknown_events: dict[str, int] = field(default_factory=dict)
-    """Warning code (``unknown_event``, ``unknown_delta``, …) → count."""
-    usage_json: bytes | None = None
-    """The run's usage record as published; parsed only for a recording run span."""
+    first_offset: int = -1
+    outcomes: dict[str, int] = field(default_factory=dict)
+    artefacts: list[Any] = field(default_factory=list)
+    warnings: list[Any] = field(default_factory=list)
+    links: dict[bytes, Link] = field(default_factory=dict)
+    dead_letters: int = 0
 
 
 class NormalizerTelemetry:
@@ -154,13 +223,27 @@ class NormalizerTelemetry:
         self.group_id = group_id
         self.max_open_runs = max_open_runs
         self.runs: OrderedDict[tuple[str, str], _RunTrace] = OrderedDict()
-        counter = telemetry.counter
+        """Every run met and not ended (traced or not), oldest first; bounded by ``max_open_runs``."""
+        self.tracing = telemetry.tracing
+        self.metering = telemetry.metering
+        self.tracer = telemetry.tracer
+        self.skip_unsampled = self.tracing and _drops_unsampled_parents(telemetry.tracer_provider)
+        counter, histogram = telemetry.counter, telemetry.histogram
         self.records = counter("reasonwire.records", unit="{record}", description="Raw records handled, by outcome")
         self.events = counter("reasonwire.events", unit="{event}", description="AG-UI events published, by topic")
         self.unknown_events = counter("reasonwire.events.unknown", unit="{event}", description="Provider events skipped as unknown (P3)")
-        self.dead_letters = counter("reasonwire.dlq.records", unit="{record}", description="Records dead-lettered, by cause")
+        self.dead_letters = counter("reasonwire.dlq.records", unit="{record}", description="Records dead-lettered, by cause and rw-dlq-code")
         self.artefacts = counter("reasonwire.artefacts", unit="{artefact}", description="Opaque artefacts stored, by kind")
         self.artefact_bytes = counter("reasonwire.artefacts.size", unit="By", description="Bytes of opaque artefacts stored, by kind")
+        self.poll_duration = histogram(
+            "reasonwire.poll.duration", unit="s", description="One poll from its start (records handed over) to its commit", buckets=SECONDS_BUCKETS
+        )
+        self.record_delay = histogram(
+            "reasonwire.record.delay",
+            unit="s",
+            description="End to end: a raw record's Kafka timestamp to its outputs acknowledged (each partition's oldest record per poll)",
+            buckets=SECONDS_BUCKETS,
+        )
 
     def batch(self, records: Sequence[RawRecord]) -> BatchTrace:
         return BatchTrace(self, records)
@@ -179,74 +262,87 @@ class NormalizerTelemetry:
 
     # -- runs -------------------------------------------------------------------------
 
-    def _run(self, key: tuple[str, str], headers: _Headers | None, partition: int, started: int) -> _RunTrace:
-        run = self.runs.get(key)
-        if run is not None:
-            return run
-        grammar = headers.grammar if headers else None
-        attributes: dict[str, Any] = {v.RW_TENANT: key[0], v.RW_RUN_ID: key[1]}
-        if grammar is not None:
-            attributes |= {v.RW_GRAMMAR: grammar.value, v.GEN_AI_PROVIDER_NAME: grammar.provider_name}
-        if headers is not None:
-            attributes |= _present({
-                v.GEN_AI_REQUEST_MODEL: headers.model,
-                v.GEN_AI_CONVERSATION_ID: headers.thread_id or key[1],
-                v.RW_RUN_FIRST_SEQ: headers.seq,
-            })
-        span = self.telemetry.tracer.start_span(
-            v.SPAN_RUN,
-            context=headers.producer if headers else Context(),
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            start_time=started,
-            record_exception=False,
-            set_status_on_exception=False,
-        )
-        run = self.runs[key] = _RunTrace(span, grammar, partition)
+    def _start_run(self, key: tuple[str, str], record: RawRecord, started: int) -> _RunTrace:
+        """The run's first record here: read its headers once and decide whether it is traced."""
+        headers = _Headers.of(record)
+        span: Span | None = None
+        link: Link | None = None
+        if self.tracing and not (
+            self.skip_unsampled
+            and headers.traceparent is not None
+            and len(headers.traceparent) == _TRACEPARENT_LENGTH
+            and headers.traceparent[-1] not in _SAMPLED_LAST
+        ):
+            producer = _producer_context(headers.traceparent, headers.tracestate)
+            span = self.tracer.start_span(
+                v.SPAN_RUN,
+                context=producer,
+                kind=SpanKind.INTERNAL,
+                start_time=started,
+                record_exception=False,
+                set_status_on_exception=False,
+            )
+            if span.is_recording():
+                span.set_attributes(self._run_attributes(key, headers))
+                link = _sampled_link(producer)
+            else:
+                span = None
+        run = self.runs[key] = _RunTrace(span, headers.provider, record.partition, headers.traceparent, link)
         while len(self.runs) > self.max_open_runs:
             self._end_run(next(iter(self.runs)), "evicted")
         return run
 
-    def _end_run(self, key: tuple[str, str], outcome: str | None, usage_json: bytes | None = None) -> None:
+    def _run_attributes(self, key: tuple[str, str], headers: _Headers) -> dict[str, Any]:
+        attributes: dict[str, Any] = {v.RW_TENANT: key[0], v.RW_RUN_ID: key[1]}
+        if headers.grammar is not None:
+            attributes |= {v.RW_GRAMMAR: headers.grammar.value, v.GEN_AI_PROVIDER_NAME: headers.grammar.provider_name}
+        return attributes | _present({
+            v.GEN_AI_REQUEST_MODEL: headers.model,
+            v.GEN_AI_CONVERSATION_ID: headers.thread_id or key[1],
+            v.RW_RUN_FIRST_SEQ: headers.seq,
+        })
+
+    def _end_run(self, key: tuple[str, str], outcome: str | None, usage_json: bytes | None = None, end_time: int | None = None) -> None:
         run = self.runs.pop(key, None)
-        if run is None:
-            return
-        if not run.span.is_recording():
-            run.span.end()
-            return
-        attributes: dict[str, Any] = {v.RW_RUN_RECORDS: run.records, v.RW_RUN_EVENTS: run.events}
-        if usage_json is not None:
-            usage = UsageRecord.model_validate_json(usage_json)
-            outcome = usage.end
-            attributes |= _usage_attributes(usage)
-        if outcome is not None:
-            attributes[v.RW_RUN_OUTCOME] = outcome
-        run.span.set_attributes(attributes)
-        if outcome in ("error", "interrupted"):
-            run.span.set_status(Status(StatusCode.ERROR, outcome))
-        run.span.end()
+        if run is not None:
+            _finish_run(run, outcome, usage_json, end_time)
+
+
+def _finish_run(run: _RunTrace, outcome: str | None, usage_json: bytes | None = None, end_time: int | None = None) -> None:
+    span = run.span
+    if span is None:
+        return
+    attributes: dict[str, Any] = {v.RW_RUN_RECORDS: run.records, v.RW_RUN_EVENTS: run.events}
+    if usage_json is not None:
+        usage = UsageRecord.model_validate_json(usage_json)
+        outcome = usage.end
+        attributes |= _usage_attributes(usage)
+    if outcome is not None:
+        attributes[v.RW_RUN_OUTCOME] = outcome
+    span.set_attributes(attributes)
+    if outcome in ("error", "interrupted"):
+        span.set_status(Status(StatusCode.ERROR, outcome))
+    span.end(end_time)
 
 
 class BatchTrace:
-    """One poll's record spans; see the module docstring."""
+    """One poll's process spans and data points; see the module docstring."""
 
     def __init__(self, owner: NormalizerTelemetry, records: Sequence[RawRecord]) -> None:
         self.owner = owner
         self.records = records
-        self._headers: list[_Headers] | None = None
         self._tally = _Tally()
         self.steps: Sequence[Step] = ()
         self.started = time.time_ns()
-
-    @property
-    def headers(self) -> list[_Headers]:
-        """Read only when a span or a data point needs them (nothing records otherwise)."""
-        if self._headers is None:
-            self._headers = [_Headers.of(r) for r in self.records]
-        return self._headers
+        self.acknowledged_at: int | None = None
 
     def __enter__(self) -> BatchTrace:
         return self
+
+    def acknowledged(self) -> None:
+        """The broker acknowledged the poll's outputs: the end of the records' end-to-end delay."""
+        if self.acknowledged_at is None:
+            self.acknowledged_at = time.time_ns()
 
     def stepped(self, steps: Sequence[Step]) -> None:
         """The core's Steps for this batch (one per record, or the expiry's): register their
@@ -271,131 +367,187 @@ class BatchTrace:
                 registry.add_stream(key, "", end=True)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        telemetry = self.owner.telemetry
-        if not (telemetry.tracing or telemetry.metering):
+        owner = self.owner
+        if not (owner.tracing or owner.metering):
             return  # nothing exports spans or reads metrics: building them would be wasted work
         if exc is not None:
             self._failed(exc)
             return
+        now = time.time_ns()
         if self.records:
-            for record, headers, step in zip(self.records, self.headers, self.steps, strict=True):
-                self._record_done(record, headers, step)
+            self._records_done(now)
         else:
             for step in self.steps:
-                self._expired(step)
-        self._tally.flush()
+                self._expired(step, now)
+        if owner.metering:
+            self._tally.flush()
+            owner.poll_duration.record((now - self.started) / 1e9)
+            self._delays(self.acknowledged_at or now)
 
     # -- outcomes ---------------------------------------------------------------------
 
-    def _record_done(self, record: RawRecord, headers: _Headers, step: Step) -> None:
-        owner = self.owner
-        tracing = owner.telemetry.tracing
-        facts = _outcome(step, headers)
-        run = None
-        if tracing and step.run is not None and (step.skipped is None or (step.run.tenant, step.run.run_id) in owner.runs):
-            run = owner._run((step.run.tenant, step.run.run_id), headers, record.partition, self.started)
-        span = self._record_span(record, headers, run) if tracing else None
-        recording = span is not None and span.is_recording()
-        provider = {v.GEN_AI_PROVIDER_NAME: headers.grammar.provider_name} if headers.grammar else {}
-        if recording:
-            span.set_attributes(  # type: ignore[union-attr]
-                _present({
-                    v.RW_RECORD_OUTCOME: facts.outcome,
-                    v.RW_DLQ_CAUSE: facts.cause,
-                    v.RW_RECORD_EVENTS: sum(facts.events.values()),
-                    v.RW_RECORD_ARTEFACTS: len(step.artefacts),
-                    v.RW_RECORD_UNKNOWN_EVENTS: sum(facts.unknown_events.values()),
-                })
-            )
-        for artefact in step.artefacts:
-            if recording:
-                described = artefact.describe()
-                span.add_event(  # type: ignore[union-attr]
-                    v.EVENT_ARTEFACT,
-                    {
-                        v.RW_ARTEFACT_KIND: described["kind"],
-                        v.RW_ARTEFACT_SUBTYPE: described["subtype"],
-                        v.RW_ARTEFACT_BYTES: described["bytes"],
-                        v.RW_ARTEFACT_SHA256: described["sha256"],
-                        v.RW_ARTEFACT_COMPLETE: described["complete"],
-                    },
-                )
-            kind = {**provider, v.RW_ARTEFACT_KIND: artefact.kind}
-            self._tally.add(owner.artefacts, 1, kind)
-            self._tally.add(owner.artefact_bytes, len(artefact.value.encode()), kind)
-        if recording:
-            for warning in step.warnings:
-                span.add_event(v.EVENT_WARNING, {v.RW_WARNING_CODE: warning.code, v.RW_WARNING_LINE: warning.line})  # type: ignore[union-attr]
-        if span is not None:
-            span.end()
-        self._tally.add(owner.records, 1, {**provider, v.RW_RECORD_OUTCOME: facts.outcome})
-        self._count(facts, provider)
-        if run is not None:
-            run.records += 1
-            run.events += sum(facts.events.values())
-            if step.run_ended and step.run is not None:
-                owner._end_run((step.run.tenant, step.run.run_id), None, facts.usage_json)
+    def _records_done(self, now: int) -> None:
+        """Every record of the committed poll: counted by label set; the traced runs' records
+        gathered into one process span per run; runs that ended end their span."""
+        owner, tally = self.owner, self._tally
+        runs, metering = owner.runs, owner.metering
+        polls: dict[tuple[str, str], _PollOfRun] = {}
+        ended: list[tuple[_RunTrace, bytes | None]] = []
+        for record, step in zip(self.records, self.steps, strict=True):
+            key = step.run
+            run = runs.get(key) if key is not None else None  # type: ignore[arg-type]
+            if run is None and key is not None and step.skipped is None and step.dead_letter is None:
+                run = owner._start_run(key, record, self.started)
+            provider = run.provider if run is not None else _Headers.of(record).provider  # the rare record of no run held
+            outcome = _outcome(step)
+            events = _events(step)
+            if metering:
+                tally.add(owner.records, provider, v.RW_RECORD_OUTCOME, outcome)
+                for topic, n in events.items():
+                    tally.add(owner.events, provider, v.MESSAGING_DESTINATION_NAME, topic, n)
+                if outcome in ("dead_lettered", "rejected"):
+                    tally.add(owner.dead_letters, provider, _DLQ_LABELS, _dead_letter_labels(step))
+                if step.warnings:
+                    for warning in step.warnings:  # P3: an unknown event, delta, block, part or item type
+                        if warning.code.startswith("unknown_"):
+                            tally.add(owner.unknown_events, provider, v.RW_WARNING_CODE, warning.code)
+                for artefact in step.artefacts:
+                    tally.add(owner.artefacts, provider, v.RW_ARTEFACT_KIND, artefact.kind)
+                    tally.add(owner.artefact_bytes, provider, v.RW_ARTEFACT_KIND, artefact.kind, len(artefact.value.encode()))
+            if run is None:
+                continue
+            if run.span is not None:  # a traced run: per-record detail (never for a run not traced)
+                poll = polls.get(key)  # type: ignore[arg-type]
+                if poll is None:
+                    poll = polls[key] = _PollOfRun(run, first_offset=record.offset)  # type: ignore[index]
+                poll.records += 1
+                poll.events += sum(events.values())
+                poll.outcomes[outcome] = poll.outcomes.get(outcome, 0) + 1
+                poll.artefacts += step.artefacts
+                poll.warnings += step.warnings
+                poll.dead_letters += step.dead_letter is not None
+                _note_link(poll, record)
+                run.records += 1
+                run.events += sum(events.values())
+            if step.run_ended:
+                del runs[key]  # type: ignore[arg-type]  # a record after the end is judged as one of no run held
+                if run.span is not None:
+                    ended.append((run, _usage_json(step)))
+        for poll in polls.values():
+            self._process_span(poll, now)
+        for run, usage_json in ended:
+            _finish_run(run, None, usage_json, now)
 
-    def _expired(self, step: Step) -> None:
-        if step.run is None:
-            return
-        key = (step.run.tenant, step.run.run_id)
-        run = self.owner.runs.get(key)
-        facts = _outcome(step, None)
-        provider = {v.GEN_AI_PROVIDER_NAME: run.grammar.provider_name} if run and run.grammar else {}
-        self._count(facts, provider)
-        if run is not None:
-            run.events += sum(facts.events.values())
-        if step.run_ended:
-            self.owner._end_run(key, "interrupted", facts.usage_json)
-
-    def _failed(self, exc: BaseException) -> None:
-        """The batch raised: record spans end in ERROR with the exception's type only."""
-        if not self.owner.telemetry.tracing:
-            return
-        error_type = f"{type(exc).__module__}.{type(exc).__name__}"
-        for record, headers in zip(self.records, self.headers, strict=True):
-            key = (headers.tenant, headers.run_id) if headers.run_id else None
-            span = self._record_span(record, headers, self.owner.runs.get(key) if key else None)
-            span.set_attribute(v.ERROR_TYPE, error_type)
-            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-            span.end()
-
-    def _record_span(self, record: RawRecord, headers: _Headers, run: _RunTrace | None) -> Span:
+    def _process_span(self, poll: _PollOfRun, now: int, error: BaseException | None = None) -> None:
+        """One poll's records of one traced run (messaging ``process``, a child of the run span)."""
+        run = poll.run
+        assert run.span is not None
         attributes: dict[str, Any] = {
             v.MESSAGING_SYSTEM: "kafka",
             v.MESSAGING_OPERATION_TYPE: "process",
             v.MESSAGING_DESTINATION_NAME: topics.RAW,
-            v.MESSAGING_DESTINATION_PARTITION_ID: str(record.partition),
+            v.MESSAGING_DESTINATION_PARTITION_ID: str(run.partition),
             v.MESSAGING_CONSUMER_GROUP_NAME: self.owner.group_id,
+            v.MESSAGING_BATCH_MESSAGE_COUNT: poll.records,
+            v.RW_RECORD_EVENTS: poll.events,
+            v.RW_RECORD_ARTEFACTS: len(poll.artefacts),
+            v.RW_RECORD_UNKNOWN_EVENTS: sum(1 for w in poll.warnings if w.code.startswith("unknown_")),
         }
-        attributes |= _present({
-            v.MESSAGING_KAFKA_OFFSET: record.offset if record.offset >= 0 else None,
-            v.RW_RUN_ID: headers.run_id,
-            v.RW_TENANT: headers.tenant if headers.run_id else None,
-            v.RW_GRAMMAR: headers.grammar.value if headers.grammar else None,
-            v.GEN_AI_PROVIDER_NAME: headers.grammar.provider_name if headers.grammar else None,
-            v.RW_RECORD_SEQ: headers.seq,
-        })
-        return self.owner.telemetry.tracer.start_span(
+        if poll.first_offset >= 0:
+            attributes[v.MESSAGING_KAFKA_OFFSET] = poll.first_offset
+        if len(poll.outcomes) == 1:
+            attributes[v.RW_RECORD_OUTCOME] = next(iter(poll.outcomes))
+        if poll.dead_letters:
+            attributes[v.RW_RECORD_DEAD_LETTERS] = poll.dead_letters
+        links = ([run.link] if run.link is not None else []) + list(poll.links.values())
+        span = self.owner.tracer.start_span(
             v.SPAN_RECORD,
-            context=trace.set_span_in_context(run.span, Context()) if run else Context(),
+            context=trace.set_span_in_context(run.span, Context()),
             kind=SpanKind.CONSUMER,
             attributes=attributes,
-            links=headers.producer_link,
+            links=links,
             start_time=self.started,
             record_exception=False,
             set_status_on_exception=False,
         )
+        for artefact in poll.artefacts:
+            described = artefact.describe()
+            span.add_event(
+                v.EVENT_ARTEFACT,
+                {
+                    v.RW_ARTEFACT_KIND: described["kind"],
+                    v.RW_ARTEFACT_SUBTYPE: described["subtype"],
+                    v.RW_ARTEFACT_BYTES: described["bytes"],
+                    v.RW_ARTEFACT_SHA256: described["sha256"],
+                    v.RW_ARTEFACT_COMPLETE: described["complete"],
+                },
+                timestamp=now,
+            )
+        for warning in poll.warnings:
+            span.add_event(v.EVENT_WARNING, {v.RW_WARNING_CODE: warning.code, v.RW_WARNING_LINE: warning.line}, timestamp=now)
+        if error is not None:
+            span.set_attribute(v.ERROR_TYPE, f"{type(error).__module__}.{type(error).__name__}")
+            span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+        span.end(now)
 
-    def _count(self, facts: _Outcome, provider: dict[str, str]) -> None:
+    def _expired(self, step: Step, now: int) -> None:
+        if step.run is None:
+            return
         owner = self.owner
-        for topic, n in facts.events.items():
-            self._tally.add(owner.events, n, {**provider, v.MESSAGING_DESTINATION_NAME: topic})
-        for code, n in facts.unknown_events.items():
-            self._tally.add(owner.unknown_events, n, {**provider, v.RW_WARNING_CODE: code})
-        if facts.cause is not None:
-            self._tally.add(owner.dead_letters, 1, {**provider, v.RW_DLQ_CAUSE: facts.cause})
+        run = owner.runs.get(step.run)  # type: ignore[call-overload]
+        provider = run.provider if run else None
+        events = _events(step)
+        if owner.metering:
+            for topic, n in events.items():
+                self._tally.add(owner.events, provider, v.MESSAGING_DESTINATION_NAME, topic, n)
+        if run is not None:
+            run.events += sum(events.values())
+        if step.run_ended:
+            owner._end_run(step.run, "interrupted", _usage_json(step), now)  # type: ignore[arg-type]
+
+    def _failed(self, exc: BaseException) -> None:
+        """The batch raised: each traced run's process span ends in ERROR with the exception's type only."""
+        owner = self.owner
+        if not owner.tracing or not self.records:
+            return
+        now = time.time_ns()
+        polls: dict[tuple[str, str], _PollOfRun] = {}
+        for record in self.records:
+            headers = _Headers.of(record)  # the failure path: the Steps may not exist
+            if headers.run_id is None:
+                continue
+            key = (headers.tenant, headers.run_id)
+            run = owner.runs.get(key) or owner._start_run(key, record, self.started)  # the retry reuses it
+            if run.span is None:
+                continue
+            poll = polls.get(key)
+            if poll is None:
+                poll = polls[key] = _PollOfRun(run, first_offset=record.offset)
+            poll.records += 1
+            _note_link(poll, record)
+        for poll in polls.values():
+            self._process_span(poll, now, exc)
+
+    def _delays(self, acknowledged: int) -> None:
+        """End-to-end delay: each partition's oldest record in the poll (its Kafka timestamp, ms)."""
+        oldest: dict[int, int] = {}
+        for record in self.records:
+            stamp = record.timestamp
+            if stamp >= 0 and stamp < oldest.get(record.partition, 1 << 62):
+                oldest[record.partition] = stamp
+        record_delay = self.owner.record_delay
+        for stamp in oldest.values():
+            record_delay.record(max(0.0, acknowledged / 1e9 - stamp / 1e3))
+
+
+def _note_link(poll: _PollOfRun, record: RawRecord) -> None:
+    """A traced run's record produced under another context than the run's first: link it (sampled only)."""
+    traceparent = _traceparent(record)
+    if traceparent is None or traceparent == poll.run.traceparent or traceparent in poll.links or len(poll.links) >= MAX_LINKS:
+        return
+    link = _sampled_link(_producer_context(traceparent, None))
+    if link is not None:
+        poll.links[traceparent] = link
 
 
 class _Tally:
@@ -404,43 +556,68 @@ class _Tally:
     set per poll instead of several per record."""
 
     def __init__(self) -> None:
-        self._sums: dict[tuple[Any, frozenset[tuple[str, Any]]], int] = {}
+        self._sums: dict[tuple[Any, str | None, Any, Any], int] = {}
 
-    def add(self, counter: Any, amount: int, attributes: dict[str, Any]) -> None:
-        key = (counter, frozenset(attributes.items()))
+    def add(self, counter: Any, provider: str | None, name: Any, value: Any, amount: int = 1) -> None:
+        key = (counter, provider, name, value)
         self._sums[key] = self._sums.get(key, 0) + amount
 
     def flush(self) -> None:
         sums, self._sums = self._sums, {}
-        for (counter, attributes), amount in sums.items():
-            counter.add(amount, dict(attributes))
+        for (counter, provider, name, value), amount in sums.items():
+            labels: dict[str, Any] = {v.GEN_AI_PROVIDER_NAME: provider} if provider is not None else {}
+            if type(name) is tuple:
+                labels.update(zip(name, value, strict=True))
+            else:
+                labels[name] = value
+            counter.add(amount, labels)
 
 
-def _outcome(step: Step, headers: _Headers | None) -> _Outcome:
-    events: dict[str, int] = {}
-    usage: bytes | None = None
-    dead_lettered = False
-    for out in step.outbound:
-        if out.topic == topics.DLQ:
-            dead_lettered = True
-        elif out.topic == topics.USAGE:
-            usage = out.value
-        else:
-            events[out.topic] = events.get(out.topic, 0) + 1
-    unknown: dict[str, int] = {}
-    for warning in step.warnings:  # P3: an unknown event, delta, block, part or item type
-        if warning.code.startswith("unknown_"):
-            unknown[warning.code] = unknown.get(warning.code, 0) + 1
+_DLQ_LABELS = (v.RW_DLQ_CAUSE, v.RW_DLQ_CODE)
+
+
+def _dead_letter_labels(step: Step) -> tuple[str, str]:
+    """(cause, code): ``envelope`` when no run could be named, else the core's code; the code is
+    the record's ``rw-dlq-code`` header (``workers.core.delivery.DeadLetterCode``)."""
+    if step.dead_letter is not None:
+        code = step.dead_letter.value
+    else:
+        code = DeadLetterCode.INVALID_ENVELOPE.value if step.run is None else DeadLetterCode.MALFORMED_EVENT.value
+    return ("envelope" if step.run is None else code), code
+
+
+def _outcome(step: Step) -> str:
+    """The record's outcome in the metric's fixed vocabulary (the commonest case first)."""
+    if step.dead_letter is None and step.skipped is None:
+        if step.run is None:
+            return "dead_lettered"
+        if any(out.topic == topics.DLQ for out in step.outbound):
+            return "rejected"
+        return "translated" if step.journal_append is not None else "control"  # a control record is never journaled
     if step.run is None:
-        return _Outcome("dead_lettered", "envelope", events, unknown, usage)
-    if dead_lettered:  # the core's code (issue 13): malformed_event, sequence_gap, run_ended, too_large …
-        cause = step.dead_letter.value if step.dead_letter is not None else "malformed_event"
-        return _Outcome("rejected", cause, events, unknown, usage)
-    if step.skipped is not None:
-        # The core's reasons are prose; the metric needs a fixed vocabulary.
-        outcome = "skipped_duplicate" if step.skipped.startswith("duplicate") else "skipped_run_ended" if "ended" in step.skipped else "skipped"
-        return _Outcome(outcome, None, events, unknown, usage)
-    return _Outcome("control" if headers and headers.control else "translated", None, events, unknown, usage)
+        return "dead_lettered"
+    if step.dead_letter is not None:
+        return "rejected"
+    # The core's reasons are prose; the metric needs a fixed vocabulary.
+    skipped = step.skipped or ""
+    return "skipped_duplicate" if skipped.startswith("duplicate") else "skipped_run_ended" if "ended" in skipped else "skipped"
+
+
+def _events(step: Step) -> dict[str, int]:
+    """AG-UI events published by the Step, by topic (dead letters and usage records are not events)."""
+    events: dict[str, int] = {}
+    for out in step.outbound:
+        topic = out.topic
+        if topic in _EVENT_TOPICS:
+            events[topic] = events.get(topic, 0) + 1
+    return events
+
+
+def _usage_json(step: Step) -> bytes | None:
+    for out in step.outbound:
+        if out.topic == topics.USAGE:
+            return out.value
+    return None
 
 
 def _usage_attributes(usage: UsageRecord) -> dict[str, Any]:

@@ -30,13 +30,15 @@ from typing import Any
 
 from contracts import topics
 from contracts.grammars import Grammar
+from workers.core.delivery import DeadLetterCode
 
 # -- span names -----------------------------------------------------------------------
 
 SPAN_RUN = "reasonwire.run"
 """One provider run, from its first record on this worker to its end (or hand-over)."""
 SPAN_RECORD = f"process {topics.RAW}"
-"""One raw record (messaging convention: ``{operation} {destination}``)."""
+"""One poll's records of one traced run, a child of its run span (messaging convention:
+``{operation} {destination}``; docs/telemetry.md says why not one span per record or per poll)."""
 SPAN_NAMES = frozenset({SPAN_RUN, SPAN_RECORD})
 RENAMED_SPAN = "span"
 """What the guard calls a span whose name is not in :data:`SPAN_NAMES`."""
@@ -66,6 +68,7 @@ MESSAGING_DESTINATION_NAME = "messaging.destination.name"
 MESSAGING_DESTINATION_PARTITION_ID = "messaging.destination.partition.id"
 MESSAGING_CONSUMER_GROUP_NAME = "messaging.consumer.group.name"
 MESSAGING_KAFKA_OFFSET = "messaging.kafka.offset"
+MESSAGING_BATCH_MESSAGE_COUNT = "messaging.batch.message_count"
 ERROR_TYPE = "error.type"
 
 RW_GRAMMAR = "reasonwire.grammar"
@@ -86,6 +89,9 @@ RW_RECORD_EVENTS = "reasonwire.record.events"
 RW_RECORD_ARTEFACTS = "reasonwire.record.artefacts"
 RW_RECORD_UNKNOWN_EVENTS = "reasonwire.record.unknown_events"
 RW_DLQ_CAUSE = "reasonwire.dlq.cause"
+RW_DLQ_CODE = "reasonwire.dlq.code"
+"""The dead letter's ``rw-dlq-code`` header (:class:`workers.core.delivery.DeadLetterCode`)."""
+RW_RECORD_DEAD_LETTERS = "reasonwire.record.dead_letters"
 RW_ARTEFACT_KIND = "reasonwire.artefact.kind"
 RW_ARTEFACT_SUBTYPE = "reasonwire.artefact.subtype"
 RW_ARTEFACT_BYTES = "reasonwire.artefact.bytes"
@@ -106,8 +112,10 @@ PROVIDER_NAMES = frozenset(g.provider_name for g in Grammar)
 GRAMMARS = frozenset(g.value for g in Grammar)
 RUN_OUTCOMES = frozenset({"finished", "error", "interrupted", "handed_over", "evicted", "worker_stopped"})
 RECORD_OUTCOMES = frozenset({"translated", "control", "skipped_duplicate", "skipped_run_ended", "skipped", "dead_lettered", "rejected"})
-DLQ_CAUSES = frozenset({"envelope", "malformed_event"})
-"""``envelope``: the headers break ``reasoning.raw.v1``; ``malformed_event``: the run's translator rejected it (R7)."""
+DLQ_CODES = frozenset(code.value for code in DeadLetterCode)
+DLQ_CAUSES = frozenset({"envelope"}) | DLQ_CODES
+"""``envelope``: no run could be named (the headers break ``reasoning.raw.v1``); else the core's
+code, e.g. ``malformed_event``: the run's translator rejected it (R7)."""
 REPLAY_DROP_REASONS = frozenset({"foreign_issuer", "foreign_tenant", "incomplete_artefact", "withdrawn_by_client", "unverified_client_value", "other"})
 GUARD_SIGNALS = frozenset({"span_attribute", "span_event", "span_name", "span_status", "span_link", "log"})
 TOPICS = frozenset(topics.ALL)
@@ -186,6 +194,7 @@ ATTRIBUTES: dict[str, Rule] = {
     MESSAGING_DESTINATION_PARTITION_ID: Rule(_shaped(_DIGITS)),
     MESSAGING_CONSUMER_GROUP_NAME: IDENTIFIER,
     MESSAGING_KAFKA_OFFSET: COUNT,
+    MESSAGING_BATCH_MESSAGE_COUNT: COUNT,
     ERROR_TYPE: CODE,
     RW_GRAMMAR: _one_of(GRAMMARS),
     RW_TENANT: IDENTIFIER,
@@ -205,6 +214,8 @@ ATTRIBUTES: dict[str, Rule] = {
     RW_RECORD_ARTEFACTS: COUNT,
     RW_RECORD_UNKNOWN_EVENTS: COUNT,
     RW_DLQ_CAUSE: _one_of(DLQ_CAUSES),
+    RW_DLQ_CODE: _one_of(DLQ_CODES),
+    RW_RECORD_DEAD_LETTERS: COUNT,
     RW_ARTEFACT_KIND: Rule(_shaped(_KIND)),
     RW_ARTEFACT_SUBTYPE: _one_of({"message", "tool-call"}),
     RW_ARTEFACT_BYTES: COUNT,
@@ -224,6 +235,7 @@ METRIC_ATTRIBUTES = frozenset(
         MESSAGING_DESTINATION_NAME,
         RW_RECORD_OUTCOME,
         RW_DLQ_CAUSE,
+        RW_DLQ_CODE,
         RW_ARTEFACT_KIND,
         RW_REPLAY_DROP_REASON,
         RW_GUARD_SIGNAL,
