@@ -23,3 +23,6 @@ REPLAY_REPLIES: Final = "reasoning.replay.replies.v1"
 
 REPLAY: Final = (REPLAY_REQUESTS, REPLAY_REPLIES)
 """The replay worker's topics (created by the replay worker, not by the normalizer)."""
+
+REQUESTS: Final = "reasoning.requests.v1"
+"""Run requests (:class:`contracts.run_request.RunRequest`) from the gateway to agent services; key = thread id."""
