@@ -67,6 +67,10 @@ def _parser() -> argparse.ArgumentParser:
     erase.set_defaults(command=_erase)
     demo = sub.add_parser("demo", help="the whole pipeline on the sample streams (needs Kafka and Redis)")
     demo.set_defaults(command=_demo)
+    from workers import topics_command
+
+    topics_command.add_topics_arguments(sub.add_parser("topics", help="the topic plan: print it, or create/check the topics"))
+    topics_command.add_asyncapi_arguments(sub.add_parser("asyncapi", help="write the AsyncAPI 3.0 document of every topic"))
     return parser
 
 

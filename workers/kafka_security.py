@@ -140,9 +140,9 @@ def broker_security(security: KafkaSecurity | None = None) -> Any:
 def describe_failure(exc: BaseException) -> str | None:
     """One line for a failure that is the security settings' fault (wrong credentials, TLS
     refused), else ``None``. Never quotes the exception's text (it may carry a value)."""
-    from aiokafka.errors import KafkaConnectionError, SaslAuthenticationFailedError, UnsupportedSaslMechanismError
+    from aiokafka.errors import AuthenticationFailedError, KafkaConnectionError, SaslAuthenticationFailed, UnsupportedSaslMechanismError
 
-    if isinstance(exc, SaslAuthenticationFailedError):
+    if isinstance(exc, (SaslAuthenticationFailed, AuthenticationFailedError)):
         return "Kafka refused the SASL credentials (check KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD, KAFKA_SASL_MECHANISM)"
     if isinstance(exc, UnsupportedSaslMechanismError):
         return "Kafka does not offer KAFKA_SASL_MECHANISM on this listener"
