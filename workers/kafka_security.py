@@ -21,9 +21,11 @@ file) is one line naming the variable, never a value (a password is never printe
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,17 +139,49 @@ def broker_security(security: KafkaSecurity | None = None) -> Any:
     return cls(username=kwargs["sasl_plain_username"], password=kwargs["sasl_plain_password"], ssl_context=context, use_ssl=use_ssl)
 
 
-def describe_failure(exc: BaseException) -> str | None:
-    """One line for a failure that is the security settings' fault (wrong credentials, TLS
-    refused), else ``None``. Never quotes the exception's text (it may carry a value)."""
+class FailureWitness(logging.Filter):
+    """Keeps the exceptions aiokafka logs while bootstrapping: it raises only
+    ``KafkaConnectionError("Unable to bootstrap …")`` and logs the cause (a refused SASL
+    handshake, a TLS error) as an argument of its "Unable connect" line. The filter keeps the
+    exception objects, never the formatted text; with ``quiet`` it also drops the records (a
+    one-shot command says what failed in one line of its own)."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        super().__init__()
+        self.quiet = quiet
+        self.seen: list[BaseException] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        self.seen.extend(a for a in args if isinstance(a, BaseException))
+        return not self.quiet
+
+
+@contextlib.contextmanager
+def witness(quiet: bool = False) -> Iterator[FailureWitness]:
+    """Watch aiokafka's client logger for the causes of a failed start (see :class:`FailureWitness`)."""
+    found = FailureWitness(quiet)
+    logger = logging.getLogger("aiokafka")
+    logger.addFilter(found)
+    try:
+        yield found
+    finally:
+        logger.removeFilter(found)
+
+
+def describe_failure(exc: BaseException, seen: Iterable[BaseException] = ()) -> str | None:
+    """One line for a failure that is the settings' fault (wrong credentials, TLS refused, no
+    broker there), else ``None``; ``seen`` are the causes :func:`witness` caught. Never quotes
+    an exception's text (it may carry a value)."""
     from aiokafka.errors import AuthenticationFailedError, KafkaConnectionError, SaslAuthenticationFailed, UnsupportedSaslMechanismError
 
-    if isinstance(exc, (SaslAuthenticationFailed, AuthenticationFailedError)):
-        return "Kafka refused the SASL credentials (check KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD, KAFKA_SASL_MECHANISM)"
-    if isinstance(exc, UnsupportedSaslMechanismError):
-        return "Kafka does not offer KAFKA_SASL_MECHANISM on this listener"
-    if isinstance(exc, ssl.SSLError) or isinstance(exc.__cause__, ssl.SSLError):
-        return "TLS handshake with Kafka failed (check KAFKA_SSL_CAFILE and the broker's certificate)"
+    for cause in (exc, exc.__cause__, *seen):
+        if isinstance(cause, (SaslAuthenticationFailed, AuthenticationFailedError)):
+            return "Kafka refused the SASL credentials (check KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD, KAFKA_SASL_MECHANISM)"
+        if isinstance(cause, UnsupportedSaslMechanismError):
+            return "Kafka does not offer KAFKA_SASL_MECHANISM on this listener"
+        if isinstance(cause, ssl.SSLError):
+            return "TLS handshake with Kafka failed (check KAFKA_SECURITY_PROTOCOL, KAFKA_SSL_CAFILE and the client certificate)"
     if isinstance(exc, KafkaConnectionError):
         return "cannot connect to Kafka at KAFKA_BOOTSTRAP_SERVERS (check the address and KAFKA_SECURITY_PROTOCOL)"
     return None

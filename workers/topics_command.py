@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import sys
 
@@ -56,18 +55,18 @@ def _plan_command(args: argparse.Namespace) -> int:
 
 
 def _apply_command(args: argparse.Namespace) -> int:
-    from workers.kafka_security import KafkaSecurityError, describe_failure
+    from workers.kafka_security import KafkaSecurityError, describe_failure, witness
     from workers.topics_admin import apply
 
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # one line of ours says what failed, not a line per retry
     try:
-        created, differences = asyncio.run(apply(bootstrap, _plan(), create=not args.check))
+        with witness(quiet=True) as seen:  # our one line says what failed, not aiokafka's per retry
+            created, differences = asyncio.run(apply(bootstrap, _plan(), create=not args.check))
     except KafkaSecurityError as exc:
         print(f"reasonwire: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        line = describe_failure(exc) or f"Kafka admin request failed ({type(exc).__name__})"
+        line = describe_failure(exc, seen.seen) or f"Kafka admin request failed ({type(exc).__name__})"
         print(f"reasonwire: {line}", file=sys.stderr)
         return 3
     for name in created:
