@@ -23,25 +23,28 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install reasonwire with its test dependencies
 
-services: ## start Kafka (KRaft, from Maven Central) and Redis on 127.0.0.1, idempotent
+services: ## start Kafka (KRaft) and Redis on 127.0.0.1:9092/6379 (KAFKA_PORT, REDIS_PORT), idempotent; refuses ports it did not take
 	bash deploy/services.sh up
 
 services-down: ## stop the local Kafka and Redis
 	bash deploy/services.sh down
 
-# Starts the services unless KAFKA_BOOTSTRAP_SERVERS / REDIS_URL name running ones,
-# and stops afterwards only what it started itself.
-test: $(STAMP) ## run every test (unit, conformance, integration), services included
-	@if bash deploy/services.sh status >/dev/null 2>&1; then started=no; else started=yes; fi; \
-	set -a; eval "$$(bash deploy/services.sh up)"; set +a; \
-	$(PY) -m pytest -q; rc=$$?; \
-	if [ "$$started" = yes ] && [ -z "$${KEEP_SERVICES:-}" ]; then bash deploy/services.sh down >/dev/null 2>&1 || true; fi; \
-	exit $$rc
+# Services (deploy/with-services.sh): the ones KAFKA_BOOTSTRAP_SERVERS / REDIS_URL name, else
+# a private Kafka + Redis on spare ports, stopped afterwards. Where a Docker engine answers
+# (or RW_SERVICES=testcontainers) the integration fixtures start containers instead.
+test: $(STAMP) ## run every test (unit, conformance, integration), services included, on its own spare ports
+	@svc=$$($(PY) -m tests.integration.service_choice) || exit 2; \
+	if [ "$$svc" = local ]; then \
+	  bash deploy/with-services.sh $(PY) -m pytest -q; \
+	else \
+	  $(PY) -m pytest -q; \
+	fi
 
 test-unit: $(STAMP) ## run the tests that need no services
 	$(PY) -m pytest -q -m "not integration"
 
-# The main job: Kafka + Redis (local, or the ones KAFKA_BOOTSTRAP_SERVERS / REDIS_URL name),
+# The main job: Kafka + Redis (a private pair on spare ports, or the ones
+# KAFKA_BOOTSTRAP_SERVERS / REDIS_URL name; deploy/with-services.sh),
 # the normalizer worker, the sample streams published and the results shown. Without Java
 # (no way to run the broker) it says what to install and translates offline instead.
 run: $(STAMP) ## the whole pipeline on the sample streams: services, worker, publish, show, stop
@@ -49,11 +52,7 @@ run: $(STAMP) ## the whole pipeline on the sample streams: services, worker, pub
 	  echo "make run: no Kafka broker: set KAFKA_BOOTSTRAP_SERVERS, or install Java 17 and Maven (apt-get install openjdk-17-jre-headless maven); translating offline instead"; \
 	  $(MAKE) --no-print-directory translate-samples; exit 0; \
 	fi; \
-	if bash deploy/services.sh status >/dev/null 2>&1; then started=no; else started=yes; fi; \
-	set -a; eval "$$(bash deploy/services.sh up)"; set +a; \
-	$(VENV)/bin/reasonwire demo; rc=$$?; \
-	if [ "$$started" = yes ] && [ -z "$${KEEP_SERVICES:-}" ]; then bash deploy/services.sh down >/dev/null 2>&1 || true; fi; \
-	exit $$rc
+	bash deploy/with-services.sh $(VENV)/bin/reasonwire demo
 
 translate-samples: $(STAMP) ## run `reasonwire translate` over the sample streams (tests/fixtures, or RW_SAMPLES), no services
 	@mkdir -p out
@@ -76,15 +75,10 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	touch $(BENCH_STAMP)
 
-# Not part of `make test`. Starts the services unless KAFKA_BOOTSTRAP_SERVERS / REDIS_URL
-# name running ones, and stops afterwards only what it started itself (as `make test`).
+# Not part of `make test`. Services as for `make test` (deploy/with-services.sh).
 .PHONY: bench
 bench: $(BENCH_STAMP) ## benchmarks (translator vs JSON floor and LiteLLM, worker vs passthrough, memory); writes bench/results/
-	@if bash deploy/services.sh status >/dev/null 2>&1; then started=no; else started=yes; fi; \
-	set -a; eval "$$(bash deploy/services.sh up)"; set +a; \
-	$(PY) -m bench $(BENCH_ARGS); rc=$$?; \
-	if [ "$$started" = yes ] && [ -z "$${KEEP_SERVICES:-}" ]; then bash deploy/services.sh down >/dev/null 2>&1 || true; fi; \
-	exit $$rc
+	@bash deploy/with-services.sh $(PY) -m bench $(BENCH_ARGS)
 
 clean: ## remove the virtualenv and outputs
 	rm -rf $(VENV) out .pytest_cache

@@ -111,7 +111,7 @@ def read_envelope(headers: Mapping[str, bytes | None], known_grammars: frozenset
     if grammar not in known_grammars:
         raise EnvelopeError(f"unknown grammar {grammar!r} in {HEADER_PROVIDER}")
     seq_text = text(HEADER_SEQ)
-    if seq_text is None or not seq_text.isdigit():
+    if seq_text is None or not (seq_text.isascii() and seq_text.isdigit()):  # "²".isdigit(), and int("²") raises
         raise EnvelopeError(f"header {HEADER_SEQ} missing or not a non-negative integer")
     control_text = text(HEADER_CONTROL)
     try:

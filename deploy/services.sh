@@ -5,6 +5,13 @@
 #   bash deploy/services.sh up       # start what is missing, print env lines on stdout
 #   bash deploy/services.sh status   # say which services are up (exit 0 only if both are)
 #   bash deploy/services.sh down     # stop both, wipe Kafka's data
+#   bash deploy/services.sh spare-ports   # KAFKA_PORT=… KAFKA_CONTROLLER_PORT=… REDIS_PORT=… nobody uses
+#
+# `status` and `down` take optional service names (kafka, redis) to act on one only.
+#
+# A port that something else already listens on (a process not recorded in this
+# script's pid files under RW_STATE) is never used: `up` names the port and the
+# variable to change and exits 1, and `status` reports it as not ours.
 #
 # `up` prints only the env lines on stdout (all progress goes to stderr), so
 #   set -a; eval "$(bash deploy/services.sh up)"; set +a
@@ -66,6 +73,63 @@ pid_running() {
 }
 
 pid_of() { tr -dc '0-9' <"$1"; }
+
+# listen_inodes PORT: socket inodes of the TCP listeners on PORT (any address).
+listen_inodes() {
+    local hex
+    hex="$(printf '%04X' "$1")"
+    # /proc/net/tcp{,6}: field 2 is ADDR:PORT in hex, field 4 the state (0A = LISTEN), field 10 the inode
+    awk -v port="$hex" 'FNR > 1 && $4 == "0A" { n = split($2, a, ":"); if (a[n] == port) print $10 }' \
+        /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+# pid_listens PID PORT: true if process PID itself holds a listening socket on PORT,
+# so a port is ours only when the process in our pid file is the one listening there.
+pid_listens() {
+    local pid="$1" port="$2" fds inode
+    fds="$(ls -l "/proc/$pid/fd" 2>/dev/null)" || return 1
+    for inode in $(listen_inodes "$port"); do
+        [[ "$fds" == *"socket:[$inode]"* ]] && return 0
+    done
+    return 1
+}
+
+# refuse_stranger NAME PORT PORT_VAR [URL_VAR URL]: exit 1 if PORT is taken by a process
+# this script did not start (callers check their own pid file first). Never adopt it:
+# writing topics or keys into someone else's Kafka or Redis is worse than stopping.
+refuse_stranger() {
+    local name="$1" port="$2" port_var="$3" url_var="${4:-}" url="${5:-}" hint=""
+    port_open "$HOST" "$port" || return 0
+    [[ -n "$url_var" ]] && hint=" (or $url_var=$url to use that server on purpose)"
+    die "$name: $HOST:$port is taken by a process this script did not start; set $port_var to a free port$hint"
+}
+
+# next_candidate_port: set CANDIDATE to a random port in 20000-32767: below Linux's
+# ephemeral range (32768+), so outgoing connections do not take it between the pick and
+# the bind, and apart from the usual service ports. (Sets a variable rather than printing,
+# so RANDOM advances in this shell; a test replaces it to steer the picks.)
+next_candidate_port() { CANDIDATE=$((20000 + (RANDOM * 32768 + RANDOM) % 12768)); }
+
+# spare_ports VAR...: print VAR=<port> for each VAR: distinct ports that no TCP socket on
+# this machine uses (any state, so not one in TIME_WAIT either) and nothing answers on.
+spare_ports() {
+    local used=" " hex var tries
+    # shellcheck disable=SC2013  # one hex port per line, no spaces: words are lines
+    for hex in $(awk 'FNR > 1 { n = split($2, a, ":"); print a[n] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null); do
+        used+="$((16#$hex)) "
+    done
+    for var in "$@"; do
+        for ((tries = 0; tries < 1000; tries++)); do
+            next_candidate_port
+            [[ "$used" == *" $CANDIDATE "* ]] && continue
+            port_open "$HOST" "$CANDIDATE" && continue
+            break
+        done
+        ((tries < 1000)) || die "no spare port found in 20000-32767"
+        used+="$CANDIDATE "
+        printf '%s=%s\n' "$var" "$CANDIDATE"
+    done
+}
 
 # stop_pid NAME PIDFILE PATTERN: SIGTERM, wait STOP_TIMEOUT s, then SIGKILL.
 stop_pid() {
@@ -159,21 +223,32 @@ redis_up() {
         log "Redis: REDIS_URL is set by the caller ($REDIS_URL); not starting Redis"
         return 0
     fi
-    if port_open "$HOST" "$REDIS_PORT"; then
-        log "Redis: $HOST:$REDIS_PORT already listening; leaving it alone"
+    if pid_running "$REDIS_PID" redis-server; then
+        local pid
+        pid="$(pid_of "$REDIS_PID")"
+        pid_listens "$pid" "$REDIS_PORT" \
+            || die "Redis: the redis-server of $RW_STATE (pid $pid) does not listen on $HOST:$REDIS_PORT; run 'down' with this RW_STATE first, or use another RW_STATE"
+        log "Redis: already running (pid $pid)"
         return 0
     fi
+    refuse_stranger Redis "$REDIS_PORT" REDIS_PORT REDIS_URL "redis://$HOST:$REDIS_PORT/0"
     command -v redis-server >/dev/null || apt_install redis-server
     mkdir -p "$REDIS_DIR"
     rm -f "$REDIS_PID"
     log "Redis: starting on $HOST:$REDIS_PORT (state in $REDIS_DIR)"
-    redis-server \
-        --bind "$HOST" --port "$REDIS_PORT" --protected-mode yes \
-        --daemonize yes --dir "$REDIS_DIR" \
-        --pidfile "$REDIS_PID" --logfile "$REDIS_LOG" >&2 9>&-
+    # One flag pair per line, so persistence or tuning flags are one added line each.
+    local args=(
+        --bind "$HOST" --port "$REDIS_PORT" --protected-mode yes
+        --daemonize yes --dir "$REDIS_DIR"
+        --pidfile "$REDIS_PID" --logfile "$REDIS_LOG"
+    )
+    redis-server "${args[@]}" >&2 9>&-
     local i
     for ((i = 0; i < 100; i++)); do
-        port_open "$HOST" "$REDIS_PORT" && { log "Redis: up"; return 0; }
+        if pid_running "$REDIS_PID" redis-server && pid_listens "$(pid_of "$REDIS_PID")" "$REDIS_PORT"; then
+            log "Redis: up (pid $(pid_of "$REDIS_PID"))"
+            return 0
+        fi
         sleep 0.1
     done
     tail -n 30 "$REDIS_LOG" >&2 2>/dev/null || true
@@ -219,19 +294,36 @@ kafka_cmd() {
         -cp "$KAFKA_LIBS/*")
 }
 
+# random_16_bytes: the entropy behind a cluster id (a function, so a test can replace it).
+random_16_bytes() { head -c 16 /dev/urandom; }
+
+# kafka_cluster_id: a fresh Kafka Uuid string (16 random bytes as unpadded base64url, 22
+# chars). One draw in 64 begins with '-', which the storage tool's option parser takes
+# for an option ("expected one argument"); like Kafka's own Uuid.randomUuid(), draw
+# again until it does not, and never return the reserved zero / metadata-topic ids.
+kafka_cluster_id() {
+    local id
+    while :; do
+        id="$(random_16_bytes | base64 -w0)"
+        id="${id%==}" && id="${id//+/-}" && id="${id//\//_}" # unpadded base64url
+        [[ "$id" == -* || "$id" == AAAAAAAAAAAAAAAAAAAAA[AQ] || ${#id} -ne 22 ]] || break
+    done
+    printf '%s\n' "$id"
+}
+
 kafka_format() {
     if [[ -f "$KAFKA_DATA/meta.properties" ]]; then
         log "Kafka: storage already formatted"
         return 0
     fi
     local cluster_id
-    # 16 random bytes as unpadded base64url = the 22-char Kafka Uuid format.
-    cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+    cluster_id="$(kafka_cluster_id)"
     log "Kafka: formatting storage (cluster id $cluster_id)"
     # --standalone: this node is the sole voter of a dynamic (KIP-853) quorum,
     # which pairs with controller.quorum.bootstrap.servers in server.properties.
+    # --cluster-id=ID (one argument) as well as an id that cannot start with '-'.
     kafka_cmd
-    "${KAFKA_CMD[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$KAFKA_CONF" --standalone >&2 \
+    "${KAFKA_CMD[@]}" kafka.tools.StorageTool format "--cluster-id=$cluster_id" -c "$KAFKA_CONF" --standalone >&2 \
         || die "kafka-storage format failed"
 }
 
@@ -241,8 +333,13 @@ kafka_wait_started() {
         if ! kill -0 "$pid" 2>/dev/null; then
             kafka_fail "Kafka exited during startup"
         fi
-        if grep -qs "Kafka Server started" "$KAFKA_LOGS/server.log" \
-                && port_open "$HOST" "$KAFKA_PORT"; then
+        if grep -qs "Kafka Server started" "$KAFKA_LOGS/server.log"; then
+            if ! pid_listens "$pid" "$KAFKA_PORT"; then
+                port_open "$HOST" "$KAFKA_PORT" \
+                    && die "Kafka: the broker of $RW_STATE (pid $pid) is not the one on $HOST:$KAFKA_PORT; run 'down' with this RW_STATE first, or use another RW_STATE"
+                sleep 0.5
+                continue
+            fi
             log "Kafka: ready (pid $pid, waited $((SECONDS - deadline + KAFKA_START_TIMEOUT))s)"
             return 0
         fi
@@ -260,6 +357,14 @@ kafka_fail() {
     die "$1"
 }
 
+# kafka_refuse_strangers: exit 1 unless both Kafka ports are free or held by our broker.
+kafka_refuse_strangers() {
+    [[ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]] || return 0
+    pid_running "$KAFKA_PID" kafka.Kafka && return 0
+    refuse_stranger Kafka "$KAFKA_PORT" KAFKA_PORT KAFKA_BOOTSTRAP_SERVERS "$HOST:$KAFKA_PORT"
+    refuse_stranger "Kafka controller" "$KAFKA_CONTROLLER_PORT" KAFKA_CONTROLLER_PORT
+}
+
 kafka_up() {
     if [[ -n "${KAFKA_BOOTSTRAP_SERVERS:-}" ]]; then
         log "Kafka: KAFKA_BOOTSTRAP_SERVERS is set by the caller ($KAFKA_BOOTSTRAP_SERVERS); not starting Kafka"
@@ -270,13 +375,7 @@ kafka_up() {
         kafka_wait_started "$(pid_of "$KAFKA_PID")"
         return 0
     fi
-    if port_open "$HOST" "$KAFKA_PORT"; then
-        log "Kafka: $HOST:$KAFKA_PORT already listening; leaving it alone"
-        return 0
-    fi
-    if port_open "$HOST" "$KAFKA_CONTROLLER_PORT"; then
-        die "Kafka: controller port $HOST:$KAFKA_CONTROLLER_PORT is taken by another process (set KAFKA_CONTROLLER_PORT)"
-    fi
+    kafka_refuse_strangers
     ensure_java
     ensure_kafka_libs
     write_kafka_conf
@@ -331,32 +430,51 @@ lock_state() {
 
 cmd_up() {
     lock_state
+    kafka_refuse_strangers # before Redis starts, so a refusal leaves nothing running
     redis_up
     kafka_up
     print_env
 }
 
-cmd_down() {
-    lock_state
-    kafka_down
-    redis_down
+# wanted NAME ARGS...: true if NAME is among ARGS, or ARGS is empty (= every service).
+wanted() {
+    local name="$1"
+    shift
+    [[ $# -eq 0 ]] && return 0
+    [[ " $* " == *" $name "* ]]
 }
 
-# status_one NAME PIDFILE PATTERN PORT SUPPLIED
+check_names() {
+    local n
+    for n in "$@"; do
+        [[ "$n" == kafka || "$n" == redis ]] || { echo "unknown service '$n' (kafka, redis)" >&2; exit 2; }
+    done
+}
+
+cmd_down() {
+    check_names "$@"
+    lock_state
+    if wanted kafka "$@"; then kafka_down; fi
+    if wanted redis "$@"; then redis_down; fi
+}
+
+# status_one NAME PIDFILE PATTERN PORT SUPPLIED: up only if the process in our pid file
+# is the one listening; a port held by anything else is reported and is not "up".
 status_one() {
     local name="$1" pidfile="$2" pattern="$3" port="$4" supplied="$5"
     if [[ -n "$supplied" ]]; then
         printf '%-6s supplied by caller: %s\n' "$name" "$supplied"
         return 0
     fi
-    if pid_running "$pidfile" "$pattern" && port_open "$HOST" "$port"; then
+    if pid_running "$pidfile" "$pattern" && pid_listens "$(pid_of "$pidfile")" "$port"; then
         printf '%-6s up   pid %s on %s:%s\n' "$name" "$(pid_of "$pidfile")" "$HOST" "$port"
+    elif port_open "$HOST" "$port"; then
+        printf '%-6s not ours: %s:%s is taken by a process this script did not start\n' "$name" "$HOST" "$port"
+        return 1
     elif pid_running "$pidfile" "$pattern"; then
         printf '%-6s starting/unhealthy: pid %s alive, %s:%s not listening\n' \
             "$name" "$(pid_of "$pidfile")" "$HOST" "$port"
         return 1
-    elif port_open "$HOST" "$port"; then
-        printf '%-6s up   on %s:%s (not started by this script)\n' "$name" "$HOST" "$port"
     else
         printf '%-6s down\n' "$name"
         return 1
@@ -364,18 +482,33 @@ status_one() {
 }
 
 cmd_status() {
+    check_names "$@"
     local rc=0
-    status_one Kafka "$KAFKA_PID" kafka.Kafka "$KAFKA_PORT" "${KAFKA_BOOTSTRAP_SERVERS:-}" || rc=3
-    status_one Redis "$REDIS_PID" redis-server "$REDIS_PORT" "${REDIS_URL:-}" || rc=3
+    if wanted kafka "$@"; then
+        status_one Kafka "$KAFKA_PID" kafka.Kafka "$KAFKA_PORT" "${KAFKA_BOOTSTRAP_SERVERS:-}" || rc=3
+    fi
+    if wanted redis "$@"; then
+        status_one Redis "$REDIS_PID" redis-server "$REDIS_PORT" "${REDIS_URL:-}" || rc=3
+    fi
     return "$rc"
 }
 
-case "${1:-}" in
-    up) cmd_up ;;
-    down) cmd_down ;;
-    status) cmd_status ;;
-    *)
-        echo "usage: $0 up|down|status" >&2
-        exit 2
-        ;;
-esac
+main() {
+    local cmd="${1:-}"
+    shift || true
+    case "$cmd" in
+        up) cmd_up ;;
+        down) cmd_down "$@" ;;
+        status) cmd_status "$@" ;;
+        spare-ports) spare_ports KAFKA_PORT KAFKA_CONTROLLER_PORT REDIS_PORT ;;
+        *)
+            echo "usage: $0 up|down [kafka|redis]|status [kafka|redis]|spare-ports" >&2
+            exit 2
+            ;;
+    esac
+}
+
+# Sourced (by tests) it only defines the functions; run, it does the command.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+    main "$@"
+fi

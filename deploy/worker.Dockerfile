@@ -8,9 +8,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
-# README.md* : pyproject.toml names README.md as the readme; the glob keeps the
-# build working whether or not it exists yet.
-COPY pyproject.toml README.md* ./
+# pyproject.toml names README.md (the readme) and LICENSE (license-files): the build
+# needs both.
+COPY pyproject.toml README.md LICENSE ./
 COPY contracts ./contracts
 COPY workers ./workers
 RUN pip install . \

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.partitioner import DefaultPartitioner
 from faststream import AckPolicy, FastStream
@@ -37,7 +39,8 @@ from redis.asyncio import Redis
 
 from contracts import topics
 from contracts.policy import PolicyBook
-from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step, dead_letter
+from workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
+from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step
 from workers.settings import WorkerSettings
 from workers.store import ArtefactStore
 from workers.telemetry import Telemetry, setup_telemetry
@@ -115,6 +118,7 @@ class NormalizerWorker:
             if not records or self.closing:
                 return  # not committed: redelivered to whoever consumes next
             offsets = _offsets(records)
+            self._note_replay(offsets)
             await self._slots.acquire()
             trace = self.telemetry.batch(records).__enter__()
             try:
@@ -157,7 +161,7 @@ class NormalizerWorker:
                 await self._rewind(skip=set(revoked))
             for tp in revoked:
                 self._rewound.pop(tp, None)
-            dropped = self.normalizer.forget_partitions([tp.partition for tp in revoked])
+            dropped = self.normalizer.forget_partitions([tp.partition for tp in revoked], revoked=True)
             self.telemetry.forget([tp.partition for tp in revoked])
         log.info("partitions revoked: %d open runs handed over", dropped)
 
@@ -166,6 +170,14 @@ class NormalizerWorker:
         self.closing = True
         async with self.lock:
             await self._settle()
+
+    def _note_replay(self, offsets: dict[TopicPartition, tuple[int, int]]) -> None:
+        """A partition first fetched here: up to its log end, a previous owner may have published
+        outputs it did not commit; the core judges no timeout there until it is past them."""
+        for tp in offsets:
+            if not self.normalizer.knows(tp.partition):
+                end = self.consumer.highwater(tp) if self.consumer is not None else None
+                self.normalizer.replay_until(tp.partition, end if end is not None else -1)
 
     # -- the pipeline ------------------------------------------------------------------
 
@@ -296,7 +308,7 @@ class NormalizerWorker:
 
     # -- stepping ----------------------------------------------------------------------
 
-    async def _journals_needed(self, routed: Sequence[DeadLetter | RunInput]) -> dict[RunKey, tuple[list[JournalEntry], bool]]:
+    async def _journals_needed(self, routed: Sequence[DeadLetter | RunInput]) -> dict[RunKey, tuple[list[JournalEntry], Any]]:
         """The journals of the runs this poll meets without holding them, in one round trip.
 
         Judged on each run's first record in the poll: the later ones are ahead of the run's
@@ -309,18 +321,36 @@ class NormalizerWorker:
         runs = [run for run, item in first.items() if self.normalizer.needs_restore(item)]
         return dict(zip(runs, await self.store.load_journals(runs), strict=True)) if runs else {}
 
-    async def _step(self, routed: DeadLetter | RunInput, journals: dict[RunKey, tuple[list[JournalEntry], bool]]) -> Step:
+    async def _step(self, routed: DeadLetter | RunInput, journals: dict[RunKey, tuple[list[JournalEntry], Any]]) -> Step:
+        """One record's Step. The core never raises (a record it cannot handle is dead-lettered,
+        an exception in translation fails that record's run only); what raises here is the
+        store, and that is an infrastructure failure: the poll is redone."""
         if isinstance(routed, DeadLetter):
             record = routed.record
-            log.warning("dead-lettered raw record at partition %d offset %d: %s", record.partition, record.offset, routed.reason)
-            return Step(outbound=[dead_letter(routed)])
+            log.warning(
+                "dead-lettered raw record at partition %d offset %d (%s): %s", record.partition, record.offset, routed.code, routed.reason
+            )
+            return self.normalizer.reject(routed)
         if self.normalizer.needs_restore(routed):
-            # fetched for this poll, once; a run gone stale mid-poll reads its journal again
+            # fetched for this poll, once; a run met again in the poll after it ended reads it again
             journal, ended = journals.pop(routed.run, None) or await self.store.load_journal(routed.run)
             self.normalizer.restore(routed, journal, ended=ended)
         step = self.normalizer.accept(routed)
         for warning in step.warnings:  # content-free by construction (P8)
             log.warning("run %s line %d: %s", routed.envelope.run_id, warning.line, warning.message)
+        if step.dead_letter is not None:  # codes and exception types only: never the record's content
+            record = routed.record
+            # a late record is counted (metrics, DLQ), not logged at WARNING: a producer that keeps
+            # sending after its run ended must not flood the log
+            log.log(
+                logging.DEBUG if step.dead_letter is DeadLetterCode.RUN_ENDED else logging.WARNING,
+                "run %s: record at partition %d offset %d dead-lettered (%s)%s",
+                routed.envelope.run_id,
+                record.partition,
+                record.offset,
+                step.dead_letter,
+                f" after {step.error}" if step.error else "",
+            )
         if step.skipped:
             self.stats["skipped"] += 1
             # normal operation (the ingress's end record after the provider's own end): not INFO per run
@@ -416,6 +446,26 @@ async def ensure_topics(settings: WorkerSettings) -> dict[str, int]:
         await admin.close()
 
 
+async def output_limits(settings: WorkerSettings, max_request_size: int = DEFAULT_MAX_MESSAGE_BYTES) -> OutputLimits:
+    """The largest record each output topic takes: its ``max.message.bytes`` (read once, at
+    start-up), capped by the producer's ``max.request.size``. The core checks every output
+    against it before sending, so an oversized output ends its run (``too_large``) instead of
+    failing the poll on every retry. A topic whose config cannot be read keeps Kafka's default."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
+    await admin.start()
+    limits: dict[str, int] = {}
+    try:
+        resources = [ConfigResource(ConfigResourceType.TOPIC, t) for t in topics.ALL if t != topics.RAW]
+        for response in await admin.describe_configs(resources):
+            for error_code, _, _, name, entries in response.resources:
+                value = next((e[1] for e in entries if e[0] == "max.message.bytes"), None) if not error_code else None
+                if value is not None and str(value).isdigit():
+                    limits[name] = min(int(value), max_request_size)
+    finally:
+        await admin.close()
+    return OutputLimits(default=max_request_size, per_topic=limits)
+
+
 def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | None = None) -> tuple[FastStream, NormalizerWorker]:
     """The app and its worker; ``telemetry`` defaults to :func:`setup_telemetry` (``OTEL_*``)."""
     settings = settings or WorkerSettings.from_env()
@@ -439,6 +489,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         auto_offset_reset="earliest",
         ack_policy=AckPolicy.MANUAL,  # the worker commits each poll itself, in order, once it is acknowledged
         listener=listener,
+        parser=_parse_raw,
         decoder=_no_decode,
     )
     async def on_raw(body: Any, msg: KafkaMessage) -> None:
@@ -462,6 +513,10 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
     @app.on_startup
     async def _topics() -> None:
         await ensure_topics(settings)
+        try:
+            worker.normalizer.limits = await output_limits(settings)
+        except Exception as exc:  # the defaults are Kafka's own: a worker still starts, and says so
+            log.warning("could not read the output topics' max.message.bytes (%s): assuming Kafka's default", type(exc).__name__)
         worker.producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", linger_ms=2)
         await worker.producer.start()
 
@@ -484,6 +539,21 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         traces.shutdown()
 
     return app, worker
+
+
+async def _parse_raw(records: tuple[Any, ...], original: Any) -> KafkaMessage:
+    """FastStream's batch parser without its header decoding: the handler gets the raw aiokafka
+    records, header values as bytes (or ``None``), and the core judges them.
+
+    FastStream's ``AioKafkaBatchParser.parse_batch`` decodes every header value of every record
+    as UTF-8 before any of our code runs; one non-UTF-8 (or null) header value raised there and
+    the whole poll — up to ``RW_MAX_BATCH`` records of many runs — was dropped without a dead
+    letter, and later commits moved past it. The framework's parser is still used, for the
+    message it builds (and the consumer it carries), but on header-less copies; the originals
+    go on as ``raw_message``, which is all the handler reads."""
+    message: KafkaMessage = await original(tuple(dataclasses.replace(r, headers=()) for r in records))
+    message.raw_message = records
+    return message
 
 
 async def _no_decode(msg: Any) -> None:

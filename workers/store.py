@@ -72,23 +72,25 @@ class ArtefactStore:
         for step in steps:
             if step.run is not None and step.run_ended:
                 pipe.delete(journal_key(step.run.tenant, step.run.run_id))
-                pipe.set(ended_key(step.run.tenant, step.run.run_id), b"1", ex=self.journal_ttl_s)
+                # where the run ended (partition:offset): a later record is dead-lettered, a redelivered one is not
+                marker = f"{step.ended_at[0]}:{step.ended_at[1]}".encode() if step.ended_at else b"1"
+                pipe.set(ended_key(step.run.tenant, step.run.run_id), marker, ex=self.journal_ttl_s)
         if len(pipe):
             await pipe.execute()
 
-    async def load_journal(self, run: RunKey) -> tuple[list[JournalEntry], bool]:
-        """The raw events an open run has consumed so far, and whether the run already ended."""
+    async def load_journal(self, run: RunKey) -> tuple[list[JournalEntry], bytes | bool]:
+        """The raw events an open run has consumed so far, and the run's ended marker (``False``: not ended)."""
         [loaded] = await self.load_journals([run])
         return loaded
 
-    async def load_journals(self, runs: Sequence[RunKey]) -> list[tuple[list[JournalEntry], bool]]:
+    async def load_journals(self, runs: Sequence[RunKey]) -> list[tuple[list[JournalEntry], bytes | bool]]:
         """:meth:`load_journal` for several runs in one round trip."""
         pipe = self.redis.pipeline(transaction=False)
         for run in runs:
             pipe.hgetall(journal_key(run.tenant, run.run_id))
-            pipe.exists(ended_key(run.tenant, run.run_id))
+            pipe.get(ended_key(run.tenant, run.run_id))
         replies = await pipe.execute()
-        return [(_journal_entries(replies[2 * i]), bool(replies[2 * i + 1])) for i in range(len(runs))]
+        return [(_journal_entries(replies[2 * i]), replies[2 * i + 1] or False) for i in range(len(runs))]
 
     async def thread_artefacts(self, tenant: str, thread_id: str) -> list[ArtefactRecord]:
         """A thread's artefacts in arrival order (what a replay reads)."""

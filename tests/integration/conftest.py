@@ -1,17 +1,21 @@
-"""Real services for integration tests: the project's own Kafka broker and Redis server.
+"""Real services for integration tests: a real Kafka broker and a real Redis server.
 
-``make test`` starts them (``deploy/services.sh up``) and exports
-``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL``; run alone, this conftest starts them
-itself. No mocks: every test here talks to a real broker and a real Redis.
+Where they come from is :func:`tests.integration.service_choice.choose`: the servers
+``KAFKA_BOOTSTRAP_SERVERS`` / ``REDIS_URL`` name (``make test`` exports a private pair it
+started with ``deploy/with-services.sh``), containers started with testcontainers where a
+Docker engine answers, or ``deploy/services.sh`` on spare ports where none does. No mocks:
+every test here talks to a real broker and a real Redis.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import defaultdict
@@ -26,6 +30,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from redis.asyncio import Redis
 
 from contracts import topics
+from tests.integration.service_choice import ServiceChoiceError, choose, docker_answers
 from workers.ingress import OutgoingRecord
 from workers.normalize import ensure_topics
 from workers.settings import WorkerSettings
@@ -40,15 +45,69 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+SERVICE_ENV = ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL")
+
+
 @pytest.fixture(scope="session")
-def services() -> dict[str, str]:
-    env = {k: os.environ[k] for k in ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL") if k in os.environ}
-    if len(env) < 2:
-        out = subprocess.run(["bash", str(ROOT / "deploy" / "services.sh"), "up"], capture_output=True, text=True, check=True)
-        for line in out.stdout.splitlines():
-            name, _, value = line.partition("=")
-            env.setdefault(name, value)
-    return env
+def services() -> Iterator[dict[str, str]]:
+    """``KAFKA_BOOTSTRAP_SERVERS`` and ``REDIS_URL`` of the session's services (see the module doc)."""
+    given = {k: os.environ[k] for k in SERVICE_ENV if os.environ.get(k)}
+    try:
+        path = choose(os.environ, docker_answers)
+    except ServiceChoiceError as exc:
+        pytest.exit(str(exc), returncode=2)
+    if path == "given":
+        yield given
+    elif path == "testcontainers":
+        yield from _containers(given)
+    else:
+        yield from _local_services(given)
+
+
+def _containers(given: dict[str, str]) -> Iterator[dict[str, str]]:
+    """Kafka (KRaft) and Redis containers for what the caller did not name; removed afterwards."""
+    from testcontainers.community.kafka import KafkaContainer
+    from testcontainers.community.redis import RedisContainer
+
+    env = dict(given)
+    started: list[Any] = []
+    try:
+        if "KAFKA_BOOTSTRAP_SERVERS" not in env:
+            kafka = KafkaContainer().with_kraft().with_env("KAFKA_NUM_PARTITIONS", str(PARTITIONS))
+            started.append(kafka.start())
+            env["KAFKA_BOOTSTRAP_SERVERS"] = kafka.get_bootstrap_server()
+        if "REDIS_URL" not in env:
+            redis_container = RedisContainer()
+            started.append(redis_container.start())
+            env["REDIS_URL"] = f"redis://{redis_container.get_container_host_ip()}:{redis_container.get_exposed_port(6379)}/0"
+        yield env
+    finally:
+        for container in reversed(started):
+            container.stop()
+
+
+def _local_services(given: dict[str, str]) -> Iterator[dict[str, str]]:
+    """``deploy/services.sh`` for what the caller did not name. Without ``RW_STATE`` a private
+    state dir and spare ports, stopped and removed afterwards; with it, the caller's (left running)."""
+    script = ["bash", str(ROOT / "deploy" / "services.sh")]
+    env = {**os.environ}
+    private = None if env.get("RW_STATE") else tempfile.mkdtemp(prefix="reasonwire-tests.")
+    if private is not None:
+        env["RW_STATE"] = private
+        spare = subprocess.run([*script, "spare-ports"], capture_output=True, text=True, check=True).stdout
+        for line in spare.splitlines():
+            name, _, port = line.partition("=")
+            env.setdefault(name, port)
+    out = subprocess.run([*script, "up"], capture_output=True, text=True, env=env)
+    try:
+        if out.returncode != 0:
+            pytest.exit(f"deploy/services.sh up failed: {out.stderr.strip().splitlines()[-1:]}", returncode=3)
+        found = dict(line.partition("=")[::2] for line in out.stdout.splitlines())
+        yield {**found, **given}
+    finally:
+        if private is not None:
+            subprocess.run([*script, "down"], capture_output=True, env=env)
+            shutil.rmtree(private, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -202,7 +261,8 @@ class Collector:
             batch = await self.consumer.getmany(timeout_ms=500)
             for records in batch.values():
                 for m in records:
-                    headers = {k: v.decode() for k, v in m.headers}
+                    # a dead letter carries the raw record's headers, which need not be UTF-8 (or present)
+                    headers = {k: v.decode("utf-8", "replace") if v is not None else "" for k, v in m.headers}
                     if m.topic == topics.EVENTS:
                         self.events[headers["rw-run-id"]][int(headers["rw-event-seq"])].append(orjson.loads(m.value))
                     elif m.topic == topics.EVENTS_PUBLIC:

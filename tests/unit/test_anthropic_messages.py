@@ -197,3 +197,89 @@ def test_reasoning_provenance_is_visible_downstream_P1() -> None:
     assert [m["kind"] for m in facts(summary.events).reasoning.values()] == ["summary"]
     # the three channels stay apart: reasoning text never appears as answer text
     assert all(e["type"] != "TEXT_MESSAGE_CONTENT" or e["delta"] != "a" for e in summary.events)
+
+
+# -- issue 14 ---------------------------------------------------------------------------------
+
+
+def _thinking_turn(*, delta_usage: dict[str, Any], stop_reason: str = "end_turn") -> list[bytes]:
+    """A hand-written Claude 4 turn (REFERENCE §2.2): thinking, signature, text, then message_delta."""
+    start_usage = {"input_tokens": 100, "cache_creation_input_tokens": 20, "cache_read_input_tokens": 30, "output_tokens": 1}
+    return [
+        _line({"type": "message_start", "message": {"id": "msg_U", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [], "stop_reason": None, "usage": start_usage}}),
+        _line({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+        _line({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hm"}}),
+        _line({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "SIG"}}),
+        _line({"type": "content_block_stop", "index": 0}),
+        _line({"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}),
+        _line({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "ok"}}),
+        _line({"type": "content_block_stop", "index": 1}),
+        _line({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": None}, "usage": delta_usage}),
+        _line({"type": "message_stop"}),
+    ]
+
+
+def test_null_delta_usage_keeps_message_start_counts_P6_issue14_item1() -> None:
+    """MessageDeltaUsage types input_tokens and the cache counts as optional: null = not restated."""
+    nulls = {"input_tokens": None, "cache_creation_input_tokens": None, "cache_read_input_tokens": None, "output_tokens": 50}
+    out = translate_lines(GRAMMAR, _thinking_turn(delta_usage=nulls))
+    usage = out.events[-1]["usage"][0]
+    assert usage["inputTokens"] == 150  # 100 + 20 written + 30 read, from message_start
+    assert usage["cachedInputTokens"] == 30 and usage["cacheWriteInputTokens"] == 20
+    assert usage["outputTokens"] == 50 and usage["totalTokens"] == 200
+    raw = out.translator.tokens.provider_raw
+    assert raw["input_tokens"] == 100 and raw["output_tokens"] == 50
+    assert_valid_stream(out.events)
+
+
+def test_a_duplicated_content_block_stop_is_dropped_with_a_warning_issue14_item9() -> None:
+    lines = _thinking_turn(delta_usage={"output_tokens": 9})
+    lines.insert(5, lines[4])  # the thinking block's stop delivered twice
+    out = translate_lines(GRAMMAR, lines)
+    assert out.rejected_lines == []
+    assert out.events[-1]["type"] == "RUN_FINISHED"
+    assert [(w.code, w.line) for w in out.warnings] == [("duplicate_event", 6)]
+    assert [r.value for r in out.artefacts] == ["SIG"]
+    assert_valid_stream(out.events)
+
+
+def test_max_tokens_marks_the_units_it_truncated_incomplete_R1_issue14_item9() -> None:
+    lines = [
+        _start(),
+        _line({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        _line({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "The answer is"}}),
+        _line({"type": "message_delta", "delta": {"stop_reason": "max_tokens", "stop_sequence": None}, "usage": {"output_tokens": 8}}),
+        _line({"type": "message_stop"}),
+    ]
+    out = translate_lines(GRAMMAR, lines)
+    [end] = [e for e in out.events if e["type"] == "TEXT_MESSAGE_END"]
+    assert end.get("metadata") == {"reasonwire": {"incomplete": True}}
+    assert out.events[-1]["type"] == "RUN_FINISHED"
+    assert out.events[-1]["metadata"]["reasonwire"]["stopReason"] == "max_tokens"
+    assert_valid_stream(out.events)
+
+
+def test_surrogate_halves_split_across_thinking_deltas_join_in_events_and_record_R3_issue14_item6() -> None:
+    lines = _thinking_turn(delta_usage={"output_tokens": 9})
+    lines[2:3] = [
+        _line({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "so \ud83d"}}),
+        _line({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "\ude00 then"}}),
+    ]
+    out = translate_lines(GRAMMAR, lines)
+    assert out.rejected_lines == [] and out.events[-1]["type"] == "RUN_FINISHED"
+    assert [m["text"] for m in facts(out.events).reasoning.values()] == ["so 😀 then"]
+    [record] = out.artefacts
+    assert record.provider_block() == {"type": "thinking", "thinking": "so 😀 then", "signature": "SIG"}
+    assert_valid_stream(out.events)
+
+
+def test_empty_signature_delta_is_unsigned_thinking_never_an_encrypted_value_R3_P5_issue14_item2() -> None:
+    lines = _thinking_turn(delta_usage={"output_tokens": 9})
+    lines[3] = _line({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": ""}})
+    out = translate_lines(GRAMMAR, lines)
+    assert not [e for e in out.events if e["type"] == "REASONING_ENCRYPTED_VALUE"]
+    assert [r.complete for r in out.artefacts] == [False]  # kept as unsigned, never complete, never replayed
+    codes = [w.code for w in out.warnings]
+    assert "empty_signature" in codes and "unsigned_thinking" in codes
+    assert out.events[-1]["type"] == "RUN_FINISHED"
+    assert_valid_stream(out.events)

@@ -5,6 +5,7 @@ Every stream produced here passes ``assert_valid_stream`` (ag-ui-validate, warni
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -171,13 +172,22 @@ def test_signature_on_a_thought_part_rides_the_reasoning_message_inside_its_span
     assert record.native.block == {"text": "a", "thought": True}
 
 
-def test_signature_outside_a_thought_gets_a_span_of_its_own_R1() -> None:
-    """Opaque-only reasoning still shows as a reasoning span (REFERENCE §6.3)."""
+def test_text_part_signature_is_a_standalone_value_never_an_empty_span_R1_issue14_item7() -> None:
+    """The event "opens nothing, closes nothing" (draft chapter); an empty span renders as an
+    empty thinking block, so a text part's signature goes out on its own, after its message."""
     out = translate(chunk(text("answer"), text("", SIG_A), finish="STOP"))
     names = types(out)
+    assert "REASONING_START" not in names and "REASONING_MESSAGE_START" not in names
     at = names.index("REASONING_ENCRYPTED_VALUE")
-    assert names[at - 1 : at + 2] == ["REASONING_START", "REASONING_ENCRYPTED_VALUE", "REASONING_END"]
-    assert "REASONING_MESSAGE_START" not in names
+    assert names[at - 1] == "TEXT_MESSAGE_END"
+
+
+def test_call_signature_after_a_thought_is_a_standalone_value_R1_issue14_item7() -> None:
+    out = translate(chunk(thought("plan")), chunk(call("f", {}, SIG_A), finish="STOP"))
+    names = types(out)
+    assert names.count("REASONING_START") == 1  # the thought's span only
+    at = names.index("REASONING_ENCRYPTED_VALUE")
+    assert names[at - 1] == "TOOL_CALL_END" and names.index("REASONING_END") < at
 
 
 def test_parallel_calls_keep_grouping_and_order_only_first_signed_P5() -> None:
@@ -466,3 +476,49 @@ def _without_position(record: ArtefactRecord) -> dict[str, Any]:
     for entry in dumped["native"]["extra"].get("callGroup", []):
         entry.pop("position")
     return dumped
+
+
+# -- issue 14 ---------------------------------------------------------------------------------
+
+
+def test_empty_thought_signature_on_a_call_is_unsigned_never_an_encrypted_value_R3_P5_issue14_item2() -> None:
+    out = translate(chunk(thought("plan")), chunk({"functionCall": {"name": "f", "args": {"a": 1}}, "thoughtSignature": ""}, finish="STOP"))
+    assert not of_type(out, "REASONING_ENCRYPTED_VALUE")
+    assert [(r.subtype.value, r.complete) for r in out.artefacts] == [("tool-call", False)]
+    assert "empty_signature" in [w.code for w in out.warnings]
+
+
+def test_empty_signature_only_part_carries_nothing_issue14_item2() -> None:
+    out = translate(chunk(text("Yes.")), chunk({"text": "", "thoughtSignature": ""}, finish="STOP"))
+    assert len(of_type(out, "TEXT_MESSAGE_START")) == 1
+    assert not of_type(out, "REASONING_ENCRYPTED_VALUE")
+    assert all(r.complete is False for r in out.artefacts)
+
+
+def test_signature_before_the_thought_text_keeps_it_a_summary_P1_issue14_item3() -> None:
+    """A ``{text:"", thought:true, thoughtSignature}`` part, then the thought text."""
+    out = translate(chunk(thought("", SIG_A)), chunk(thought("Readable plan.")), chunk(text("x"), finish="STOP"))
+    [start] = of_type(out, "REASONING_MESSAGE_START")
+    assert start["metadata"]["reasonwire"]["reasoningKind"] == "summary"
+    assert [r["text"] for r in facts(out.events).reasoning.values()] == ["Readable plan."]
+    [value] = of_type(out, "REASONING_ENCRYPTED_VALUE")
+    assert value["entityId"] == start["messageId"]
+
+
+def test_unknown_part_with_a_signature_is_skipped_not_read_as_text_P3_R4_issue14_item4() -> None:
+    out = translate(chunk(thought("a"), {"hologram": {"uri": "gs://x"}, "thoughtSignature": SIG_A}, thought("b")), chunk(text("x"), finish="STOP"))
+    got = facts(out.events)
+    assert [r["text"] for r in got.reasoning.values()] == ["ab"]  # the thought run is not split
+    assert [t["text"] for t in got.texts.values()] == ["x"]  # no empty text message
+    codes = [w.code for w in out.warnings]
+    assert codes == ["unknown_part", "signature_lost"]
+    assert out.artefacts == [] and not of_type(out, "REASONING_ENCRYPTED_VALUE")
+
+
+def test_surrogate_halves_split_across_parts_join_and_the_signed_part_stays_writable_R3_issue14_item6() -> None:
+    cut = [json.dumps(c).encode() for c in (chunk(thought("a \ud83d", SIG_A)), chunk(thought("\ude00 b")))]
+    out = translate(*cut, chunk(text("x"), finish="STOP"))
+    assert [r["text"] for r in facts(out.events).reasoning.values()] == ["a 😀 b"]
+    [record] = out.artefacts
+    assert record.value == SIG_A  # the opaque value is untouched (R3)
+    assert orjson.loads(record_json(record))["native"]["block"] == {"text": "a \ufffd", "thought": True}

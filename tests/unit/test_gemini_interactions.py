@@ -393,3 +393,23 @@ def test_resplitting_deltas_changes_nothing_P2_R3(
         assert [t["arguments"] for t in got.tools.values()] == [args_json]
     assert [record_json(a) for a in resplit.artefacts] == [record_json(a) for a in whole.artefacts]
     assert [a.value for a in resplit.artefacts] == [SIG, SIG_2]
+
+
+# -- issue 14 ---------------------------------------------------------------------------------
+
+
+def test_empty_thought_signature_is_an_unsigned_thought_R3_P5_issue14_item2() -> None:
+    out = translate(created(), start(0, type="thought"), summary(0, "plan"), signature(0, ""), stop(0), completed())
+    assert not of_type(out, "REASONING_ENCRYPTED_VALUE")
+    assert [r.complete for r in out.artefacts] == [False]
+    codes = [w.code for w in out.warnings]
+    assert "empty_signature" in codes and "unsigned_thought" in codes
+
+
+def test_signature_before_the_summary_keeps_the_thought_a_summary_P1_issue14_item3() -> None:
+    out = translate(created(), start(0, type="thought"), signature(0), summary(0, "Readable plan."), stop(0), completed())
+    [start_event] = of_type(out, "REASONING_MESSAGE_START")
+    assert start_event["metadata"]["reasonwire"]["reasoningKind"] == "summary"
+    assert [r["text"] for r in facts(out.events).reasoning.values()] == ["Readable plan."]
+    [value] = of_type(out, "REASONING_ENCRYPTED_VALUE")
+    assert value["entityId"] == start_event["messageId"]

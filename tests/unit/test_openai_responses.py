@@ -443,7 +443,7 @@ def test_response_failed_is_a_run_error_with_the_provider_code() -> None:
     terminal = _terminal(out)
     assert terminal["type"] == "RUN_ERROR" and terminal["code"] == "provider_error"
     assert _meta(terminal)["providerCode"] == expected["end"]["provider_code"]
-    assert [r.complete for r in out.artefacts] == [False]
+    assert [r.complete for r in out.artefacts] == [True]  # the item was whole before the failure (issue 14 item 8)
 
 
 @pytest.mark.parametrize("case", ["g_error_event_flat", "g2_error_event_midstream_nested"])
@@ -785,3 +785,152 @@ def test_resplit_deltas_give_identical_output_and_artefacts_P2_R3(
     assert facts(one.events).ordering == facts(two.events).ordering
     assert [r.model_dump_json() for r in one.artefacts] == [r.model_dump_json() for r in two.artefacts]
     assert [r.value for r in one.artefacts] == [SECRET, SECRET[::-1]]
+
+
+# -- issue 14 ---------------------------------------------------------------------------------
+
+
+def _numbered(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``sequence_number`` strictly increasing from 0, as every Responses event carries (§1.1)."""
+    return [{"type": e["type"], "sequence_number": n, **{k: v for k, v in e.items() if k != "type"}} for n, e in enumerate(events)]
+
+
+def _created(rid: str = "resp_i14") -> dict[str, Any]:
+    return {"type": "response.created", "response": {"id": rid, "object": "response", "status": "in_progress", "model": "gpt-5", "output": []}}
+
+
+def _call_added(index: int, call_id: str) -> dict[str, Any]:
+    item = {"id": f"fc_{index}", "type": "function_call", "status": "in_progress", "arguments": "", "call_id": call_id, "name": "lookup"}
+    return {"type": "response.output_item.added", "output_index": index, "item": item}
+
+
+def _call_done(index: int, call_id: str, arguments: str) -> dict[str, Any]:
+    item = {"id": f"fc_{index}", "type": "function_call", "status": "completed", "arguments": arguments, "call_id": call_id, "name": "lookup"}
+    return {"type": "response.output_item.done", "output_index": index, "item": item}
+
+
+def _args(index: int, delta: str) -> dict[str, Any]:
+    return {"type": "response.function_call_arguments.delta", "item_id": f"fc_{index}", "output_index": index, "delta": delta}
+
+
+def _text_item(index: int, *deltas: str, done_text: str | None = None) -> list[dict[str, Any]]:
+    common = {"item_id": "msg_1", "output_index": index, "content_index": 0}
+    added = {"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant", "content": []}
+    events = [
+        {"type": "response.output_item.added", "output_index": index, "item": added},
+        {"type": "response.content_part.added", **common, "part": {"type": "output_text", "annotations": [], "text": ""}},
+    ]
+    events += [{"type": "response.output_text.delta", **common, "delta": d, "logprobs": []} for d in deltas]
+    if done_text is not None:
+        part = {"type": "output_text", "annotations": [], "text": done_text}
+        events += [
+            {"type": "response.output_text.done", **common, "text": done_text, "logprobs": []},
+            {"type": "response.content_part.done", **common, "part": part},
+            {"type": "response.output_item.done", "output_index": index, "item": {**added, "status": "completed", "content": [part]}},
+        ]
+    return events
+
+
+def _completed(status: str = "completed", **fields: Any) -> dict[str, Any]:
+    return {"type": f"response.{status}", "response": {"id": "resp_i14", "object": "response", "status": status, "model": "gpt-5", **fields}}
+
+
+def test_pending_tool_calls_are_in_call_order_when_done_events_interleave_P9_issue14_item5() -> None:
+    events = _numbered([
+        _created(),
+        _call_added(0, "call_A"),
+        _call_added(1, "call_B"),
+        _args(1, '{"q":"b"}'),
+        _args(0, '{"q":"a"}'),
+        _call_done(1, "call_B", '{"q":"b"}'),  # the second call completes first
+        _call_done(0, "call_A", '{"q":"a"}'),
+        _completed(),
+    ])
+    out = _translate(events)
+    started = [e["toolCallId"] for e in _of(out, "TOOL_CALL_START")]
+    assert started == ["call_A", "call_B"]
+    assert _terminal(out)["outcome"]["pendingToolCallIds"] == started
+
+
+def test_escaped_surrogate_halves_split_across_deltas_join_into_one_character_issue14_item6() -> None:
+    """``"\\ud83d"`` then ``"\\ude00"``: valid JSON the SDKs accept; the text is the emoji (R2: no empty delta)."""
+    events = _numbered([_created(), *_text_item(0, "Hi \ud83d", "\ude00!", done_text="Hi 😀!"), _completed()])
+    lines = [json.dumps(e).encode() for e in events]
+    assert b"\\ud83d" in lines[3] and b"\\ude00" in lines[4]  # escaped halves, each alone in its event
+    out = _checked(translate_lines(GRAMMAR, lines))
+    assert [t["text"] for t in facts(out.events).texts.values()] == ["Hi 😀!"]
+    assert all(e["delta"] for e in _of(out, "TEXT_MESSAGE_CONTENT"))
+    assert _terminal(out)["type"] == "RUN_FINISHED"
+
+
+def test_reasoning_item_done_before_response_failed_keeps_its_value_complete_R3_P5_issue14_item8() -> None:
+    item = {"id": "rs_F", "type": "reasoning", "summary": [], "encrypted_content": SECRET}
+    events = _numbered([
+        _created(),
+        {"type": "response.output_item.added", "output_index": 0, "item": {"id": "rs_F", "type": "reasoning", "summary": []}},
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        _completed("failed", error={"code": "server_error", "message": "boom"}),
+    ])
+    out = _translate(events)
+    [record] = out.artefacts
+    assert record.value == SECRET and record.complete
+    assert record.native.extra["following_item"] is None  # replay decides (item 10 leaves it out)
+    assert [e["encryptedValue"] for e in _of(out, "REASONING_ENCRYPTED_VALUE")] == [SECRET]
+    assert _terminal(out)["type"] == "RUN_ERROR" and _terminal(out)["code"] == "provider_error"
+    assert SECRET not in _terminal(out)["message"]
+
+
+def test_a_duplicated_delta_with_the_same_sequence_number_is_dropped_with_a_warning_P2_issue14_item9() -> None:
+    events = _numbered([_created(), *_text_item(0, "Hel", "lo", done_text="Hello"), _completed()])
+    lines = [json.dumps(e).encode() for e in events]
+    lines.insert(4, lines[3])  # the first delta delivered twice: same sequence_number, same bytes
+    out = _checked(translate_lines(GRAMMAR, lines))
+    assert [t["text"] for t in facts(out.events).texts.values()] == ["Hello"]
+    assert _terminal(out)["type"] == "RUN_FINISHED"
+    assert [(w.code, w.line) for w in out.warnings] == [("duplicate_event", 5)]
+
+
+def test_response_incomplete_marks_the_units_it_truncated_incomplete_R1_issue14_item9() -> None:
+    events = _numbered([
+        _created(),
+        *_text_item(0, "The answer is"),  # cut by max_output_tokens: no .done events
+        _completed("incomplete", incomplete_details={"reason": "max_output_tokens"}),
+    ])
+    out = _translate(events)
+    [end] = _of(out, "TEXT_MESSAGE_END")
+    assert _meta(end) == {"incomplete": True}
+    assert _terminal(out)["type"] == "RUN_FINISHED"
+    assert _meta(_terminal(out))["stopReason"] == "max_output_tokens"
+
+
+@pytest.mark.parametrize("summary", [(), ("Thinking it over.",)])
+def test_empty_encrypted_content_is_unsigned_like_every_grammar_R3_P5_issue14_item2(summary: tuple[str, ...]) -> None:
+    stream = ResponseStream().start().reasoning(0, "rs_E", summary=summary, encrypted="").message(1, "msg_E", "ok").completed()
+    out = _translate(stream.events)
+    assert not _of(out, "REASONING_ENCRYPTED_VALUE")
+    assert all(not r.complete for r in out.artefacts)
+    assert "empty_signature" in [w.code for w in out.warnings]
+    assert [m["kind"] for m in facts(out.events).reasoning.values()] == (["summary"] if summary else [])
+
+
+def test_a_half_whose_partner_never_comes_ends_as_a_replacement_character_issue14_item6() -> None:
+    events = _numbered([_created(), *_text_item(0, "cut \ud83d"), _completed("incomplete", incomplete_details={"reason": "max_output_tokens"})])
+    out = _checked(translate_lines(GRAMMAR, [json.dumps(e).encode() for e in events]))
+    assert [t["text"] for t in facts(out.events).texts.values()] == ["cut \ufffd"]
+
+
+def test_a_lone_surrogate_outside_a_text_field_is_still_malformed_R7_issue14_item6() -> None:
+    events = _numbered([_created(), _call_added(0, "call_\ud83d"), _completed()])
+    out = _checked(translate_lines(GRAMMAR, [json.dumps(e).encode() for e in events]))
+    assert out.rejected_lines == [2] and _terminal(out)["code"] == "malformed_event"
+
+
+def test_a_retried_batch_repeating_several_events_is_dropped_event_by_event_P2_issue14_item9() -> None:
+    """A producer that retries a batch repeats several events, so a duplicate is not always adjacent."""
+    events = _numbered([_created(), *_text_item(0, "Hel", "lo", done_text="Hello"), _completed()])
+    lines = [json.dumps(e).encode() for e in events]
+    lines[5:5] = lines[3:5]  # both deltas delivered again after the second one
+    out = _checked(translate_lines(GRAMMAR, lines))
+    assert [t["text"] for t in facts(out.events).texts.values()] == ["Hello"]
+    assert [(w.code, w.line) for w in out.warnings] == [("duplicate_event", 6), ("duplicate_event", 7)]
+    assert _terminal(out)["type"] == "RUN_FINISHED"

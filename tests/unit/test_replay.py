@@ -473,3 +473,133 @@ def test_an_unseen_unit_whose_place_is_ambiguous_is_left_out_and_fails_an_open_l
     assert "unseen_unit_not_placed" not in codes(result)  # with no call before it, its place is certain again
     result = replay(then_user(reordered), artefacts, target(ANTHROPIC_B))
     assert "unseen_unit_not_placed" in codes(result) and opaque_hashes(result.fragment) == []
+
+
+# -- issue 14 ---------------------------------------------------------------------------------
+
+OPENAI_H = Path(__file__).resolve().parents[1] / "fixtures" / "openai-responses" / "h_incomplete_max_output_tokens.jsonl"
+
+
+def test_a_reasoning_item_that_was_the_turns_last_output_is_left_out_P5_issue14_item10() -> None:
+    """The Responses API rejects a reasoning item "provided without its required following item"
+    (REFERENCE §1.7): one with no follower at all is left out, as when its follower was lost."""
+    history, artefacts = history_of(OPENAI_H, with_results=False)
+    [record] = artefacts
+    assert record.complete and record.native.extra["following_item"] is None
+    result = replay(then_user(history), artefacts, target(OPENAI_H))
+    assert not any(i.get("type") == "reasoning" for i in result.fragment["input"])
+    assert record.value not in json.dumps(result.fragment)
+    assert "follower_missing" in codes(result)
+    assert result.replayed == []
+    assert_no_value_in_warnings(result, artefacts)
+
+
+def _lines(objs: list[dict[str, Any]]) -> list[bytes]:
+    return [json.dumps(o).encode() for o in objs]
+
+
+def _anthropic_tool_turn(signature: str) -> list[bytes]:
+    """A hand-written Claude tool turn (REFERENCE §2.2): thinking + signature, then a tool_use."""
+    return _lines([
+        {"type": "message_start", "message": {"id": "msg_L", "type": "message", "role": "assistant", "model": SONNET, "content": [], "usage": {"input_tokens": 9, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Need the weather."}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": signature}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_L", "name": "get_weather", "input": {}}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"city":"Paris"}'}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 20}},
+        {"type": "message_stop"},
+    ])
+
+
+def _openai_tool_turn() -> list[bytes]:
+    reasoning = {"id": "rs_L", "type": "reasoning", "summary": [], "encrypted_content": "gAAAA-openai-opaque=="}
+    call = {"id": "fc_L", "type": "function_call", "status": "completed", "arguments": '{"city":"Paris"}', "call_id": "call_L", "name": "get_weather"}
+    response = {"id": "resp_L", "object": "response", "status": "in_progress", "model": "gpt-5", "output": []}
+    events = [
+        {"type": "response.created", "response": response},
+        {"type": "response.output_item.added", "output_index": 0, "item": {"id": "rs_L", "type": "reasoning", "summary": []}},
+        {"type": "response.output_item.done", "output_index": 0, "item": reasoning},
+        {"type": "response.output_item.added", "output_index": 1, "item": {**call, "status": "in_progress", "arguments": ""}},
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_L", "output_index": 1, "delta": '{"city":"Paris"}'},
+        {"type": "response.output_item.done", "output_index": 1, "item": call},
+        {"type": "response.completed", "response": {**response, "status": "completed", "output": [reasoning, call]}},
+    ]
+    return _lines([{**e, "sequence_number": n} for n, e in enumerate(events)])
+
+
+def _gemini_tool_turn(signature: str | None, model: str = "gemini-3-flash-preview") -> list[bytes]:
+    call: dict[str, Any] = {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}
+    if signature is not None:
+        call["thoughtSignature"] = signature
+    chunk = {"candidates": [{"content": {"role": "model", "parts": [{"text": "Need the weather.", "thought": True}, call]}, "finishReason": "STOP", "index": 0}], "modelVersion": model, "responseId": "gc_L"}
+    return _lines([chunk])
+
+
+def _open_loop(grammar: str, lines: list[bytes]) -> tuple[list[dict[str, Any]], list[ArtefactRecord]]:
+    """The client's history after a tool turn, its tool result appended: the loop is open."""
+    from tests.conformance.oracle import translate_lines
+
+    out = translate_lines(grammar, lines)
+    assert out.rejected_lines == []
+    call_id = next(e["toolCallId"] for e in out.events if e["type"] == "TOOL_CALL_START")
+    return client_history(out, Grammar(grammar), "Weather in Paris?", [(call_id, '{"temp": 21}')]), out.artefacts
+
+
+def test_an_empty_anthropic_signature_is_never_replayed_and_refuses_an_open_loop_R3_P5_issue14_item2() -> None:
+    history, artefacts = _open_loop("anthropic-messages", _anthropic_tool_turn(""))
+    assert [(r.value, r.complete) for r in artefacts] == [("", False)]
+    with pytest.raises(ProviderWouldReject, match="unsigned_artefact"):
+        replay(history, artefacts, ReplayTarget(grammar="anthropic-messages", model=SONNET))
+    result = replay(then_user(history), artefacts, ReplayTarget(grammar="anthropic-messages", model=SONNET))
+    assert '"signature": ""' not in json.dumps(result.fragment) and "unsigned_artefact" in codes(result)
+
+
+def test_an_empty_gemini_call_signature_refuses_an_open_loop_R3_P5_issue14_item2() -> None:
+    history, artefacts = _open_loop("gemini-generate-content", _gemini_tool_turn(""))
+    with pytest.raises(ProviderWouldReject, match="unsigned_artefact"):
+        replay(history, artefacts, ReplayTarget(grammar="gemini-generate-content", model="gemini-3-flash-preview"))
+
+
+@pytest.mark.parametrize(("grammar", "lines"), [("anthropic-messages", _anthropic_tool_turn("EqQBsig==")), ("openai-responses", _openai_tool_turn())])
+def test_switching_into_gemini_3_mid_tool_loop_is_refused_like_a_lost_signature_R8_P5_issue14_item11(grammar: str, lines: list[bytes]) -> None:
+    history, artefacts = _open_loop(grammar, lines)
+    gemini_3 = ReplayTarget(grammar="gemini-generate-content", model="gemini-3-flash-preview")
+    with pytest.raises(ProviderWouldReject, match="tool call toolu_L|tool call call_L") as refused:
+        replay(history, artefacts, gemini_3)
+    assert "start a new user turn" in refused.value.message
+    assert not any(a.value in refused.value.message for a in artefacts)
+    # the same history after a new user turn (the loop closed) is sent, foreign state left out
+    result = replay(then_user(history), artefacts, gemini_3)
+    assert "thoughtSignature" not in json.dumps(result.fragment) and "foreign_issuer" in codes(result)
+    # Gemini 2.5 does not validate call signatures: the open loop goes through
+    gemini_25 = replay(history, artefacts, ReplayTarget(grammar="gemini-generate-content", model="gemini-2.5-flash"))
+    assert any("functionCall" in p for c in gemini_25.fragment["contents"] for p in c["parts"])
+
+
+def test_a_gemini_3_native_call_without_any_stored_signature_is_refused_issue14_item11() -> None:
+    """Nothing marks the call as signed (no record, the client keeps no values): the first call of
+    a Gemini 3 step is validated anyway, so the loop is refused rather than sent to a 400."""
+    history, _ = _open_loop("gemini-generate-content", _gemini_tool_turn("CsMBsig=="))
+    for message in history:
+        message.pop("encryptedValue", None)
+        for tool_call in message.get("toolCalls") or []:
+            tool_call.pop("encryptedValue", None)
+    with pytest.raises(ProviderWouldReject):
+        replay(history, [], ReplayTarget(grammar="gemini-generate-content", model="gemini-3-flash-preview"))
+
+
+@pytest.mark.parametrize(("target", "refused"), [("anthropic-messages", True), ("openai-responses", False)])
+def test_switching_out_of_gemini_3_mid_tool_loop_follows_the_targets_rule_R8_P5_issue14_item11(target: str, refused: bool) -> None:
+    """The other direction: Gemini 3 history → Anthropic (thinking required in the loop: refused)
+    or OpenAI (reasoning state is optional: sent without the foreign signatures, warned)."""
+    history, artefacts = _open_loop("gemini-generate-content", _gemini_tool_turn("CsMBsig=="))
+    model = {"anthropic-messages": SONNET, "openai-responses": "gpt-5"}[target]
+    if refused:
+        with pytest.raises(ProviderWouldReject):
+            replay(history, artefacts, ReplayTarget(grammar=target, model=model))
+        return
+    result = replay(history, artefacts, ReplayTarget(grammar=target, model=model))
+    assert "CsMBsig==" not in json.dumps(result.fragment) and "foreign_issuer" in codes(result)

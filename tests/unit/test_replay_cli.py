@@ -136,3 +136,17 @@ def test_a_request_that_breaks_the_contract_is_refused_with_its_id() -> None:
     assert isinstance(reply, ReplayReply) and not reply.ok
     assert reply.request_id == "req-3" and reply.error is not None and reply.error.code == "invalid_request"
     assert isinstance(parse_request(b"not json"), ReplayReply)
+
+
+def test_replay_command_refuses_switching_into_gemini_3_mid_tool_loop_with_one_line_R8_P5_issue14_item11(tmp_path: Path) -> None:
+    """Anthropic history whose tool loop is open, replayed for Gemini 3: exit 1 ("provider would
+    reject"), one line on stderr naming the call, no traceback, no fragment on stdout."""
+    run_input, artefacts = _history_and_artefacts(tmp_path)
+    done = _cli(
+        "replay", "--provider", "gemini-generate-content", "--model", "gemini-3-flash-preview",
+        "--artefacts", str(artefacts), "-", stdin=json.dumps(run_input).encode(),
+    )
+    assert done.returncode == 1
+    assert done.stdout == b""
+    errors = [line for line in done.stderr.decode().splitlines() if "tool-use turn" in line]
+    assert len(errors) == 1 and "tool call" in errors[0] and "Traceback" not in done.stderr.decode()

@@ -8,6 +8,13 @@ complete :class:`~contracts.artefacts.ArtefactRecord`. If the run ends first, th
 held values become records marked incomplete — stored so nothing is lost, never
 announced to the client and never replayable (P5). One behaviour for every
 grammar, in one place.
+
+An *empty* value is no value: a provider that sends ``signature: ""`` (or an empty
+``thoughtSignature``, redacted ``data``) has left its unit unsigned, and replaying
+``""`` is answered with "Invalid signature". The ledger never announces it and
+never records it complete: it is kept as an incomplete record of its unit (so
+replay knows the unit was meant to be signed and can refuse an open tool loop
+that needs it), and never replaces a real value held for the same unit.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any
 
 from contracts.artefacts import ArtefactRecord, ArtefactSubtype, Issuer, NativeBlock
 from workers.core.discipline import StreamDiscipline
+from workers.core.surrogates import scrub
 
 
 @dataclass
@@ -38,6 +46,8 @@ class ArtefactLedger:
         self._run = discipline
         self._issuer = issuer
         self._held: dict[Hashable, HeldArtefact] = {}
+        self._unsigned: dict[Hashable, HeldArtefact] = {}
+        """Units that received an empty value: recorded incomplete when they close."""
         self._records: list[ArtefactRecord] = []
 
     @property
@@ -49,18 +59,29 @@ class ArtefactLedger:
         out, self._records = self._records, []
         return out
 
-    def hold(self, key: Hashable, artefact: HeldArtefact) -> None:
+    def hold(self, key: Hashable, artefact: HeldArtefact) -> bool:
         """Keep a value until its unit closes. A second value for the same unit replaces
-        the first: providers *assign* signatures (the Anthropic SDK does), never append."""
+        the first: providers *assign* signatures (the Anthropic SDK does), never append.
+        An empty value is not held (see the module docstring); returns whether it was."""
+        if not artefact.value:
+            if key not in self._held:
+                self._unsigned[key] = artefact
+            return False
+        self._unsigned.pop(key, None)
         self._held[key] = artefact
+        return True
 
     def held(self, key: Hashable) -> HeldArtefact | None:
+        """The real value held for the unit, if any (an empty one does not count)."""
         return self._held.get(key)
 
     def release(self, key: Hashable, **native_updates: Any) -> None:
         """The unit closed: emit the held value (if any) as event and complete record."""
         held = self._held.pop(key, None)
         if held is None:
+            unsigned = self._unsigned.pop(key, None)
+            if unsigned is not None:
+                self._records.append(self._record(unsigned, complete=False))
             return
         for name, value in native_updates.items():  # the held block is ours alone: fill it in place
             setattr(held.native, name, value)
@@ -68,16 +89,22 @@ class ArtefactLedger:
 
     def emit(self, artefact: HeldArtefact) -> None:
         """Emit a value whose unit is already complete (e.g. Anthropic redacted thinking)."""
+        if not artefact.value:  # empty: never announced, never complete
+            self._records.append(self._record(artefact, complete=False))
+            return
         self._run.encrypted_value(artefact.subtype, artefact.entity_id, artefact.value)
         self._records.append(self._record(artefact, complete=True))
 
     def abandon_all(self) -> None:
         """The run ended with units open: keep their values as incomplete records."""
-        for held in self._held.values():
+        for held in [*self._held.values(), *self._unsigned.values()]:
             self._records.append(self._record(held, complete=False))
         self._held.clear()
+        self._unsigned.clear()
 
     def _record(self, artefact: HeldArtefact, *, complete: bool) -> ArtefactRecord:
+        if self._run.join_surrogates:  # a text the block kept may end on a cut half: not writable as UTF-8
+            artefact.native.block = scrub(artefact.native.block)
         return ArtefactRecord(
             kind=artefact.kind,
             subtype=artefact.subtype,

@@ -20,9 +20,10 @@ ids and keeps the bookkeeping that makes the stream valid by construction:
 Events are built by ``workers.core.events`` as AG-UI wire dicts, so what this
 object emits is what goes on the topic.
 
-A unit closed because the run ended abnormally carries
-``metadata.reasonwire.incomplete = true`` on its end event, so a consumer can
-tell partial reasoning or text from a finished one.
+A unit closed because the run ended abnormally — or because the provider
+finished the run by cutting it (a token limit: ``finish_run(truncated=True)``) —
+carries ``metadata.reasonwire.incomplete = true`` on its end event, so a consumer
+can tell partial reasoning or text from a finished one.
 
 A request that would break a rule raises :class:`DisciplineViolation`; the
 translator turns that into ``RUN_ERROR`` (see ``workers.core.translator``), so
@@ -45,6 +46,7 @@ from typing import Any
 from contracts.artefacts import ArtefactSubtype
 from workers.core import events as ev
 from workers.core.events import WireEvent
+from workers.core.surrogates import REPLACEMENT, split_high, whole
 
 METADATA_KEY = "reasonwire"
 """Our namespace inside AG-UI ``metadata`` (the key ``ag-ui`` is reserved by the protocol)."""
@@ -67,6 +69,7 @@ class _OpenUnit:
     agui_id: str
     parent: Hashable | None = None
     args: list[str] = field(default_factory=list)  # tool calls only: to judge completeness
+    half: str = ""  # a high surrogate waiting for its partner in the next delta
 
 
 class RunPhase(Enum):
@@ -90,6 +93,8 @@ class StreamDiscipline:
         self.text_messages = 0
         self.text_seen = False
         """Whether visible answer text (a non-empty text delta) has been emitted yet."""
+        self.join_surrogates = False
+        """Set once an event carried a lone UTF-16 surrogate half: deltas are joined from then on."""
 
     # -- output ---------------------------------------------------------------
 
@@ -122,10 +127,17 @@ class StreamDiscipline:
         usage: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
         pending_tool_call_ids: list[str] | None = None,
+        truncated: bool = False,
     ) -> None:
-        """Close everything still open, then ``RUN_FINISHED`` (R1)."""
+        """Close everything still open, then ``RUN_FINISHED`` (R1).
+
+        ``truncated``: the provider ended the run by cutting it off (a token limit), so what is
+        still open was cut: closed as incomplete, like any abnormal end; a tool call whose
+        arguments are not whole JSON is left unterminated and listed (``incompleteToolCallIds``)."""
         self._require_running()
-        self._close_all(abnormal=False)
+        incomplete = self._close_all(abnormal=truncated)
+        if incomplete:
+            metadata = {**(metadata or {}), "incompleteToolCallIds": incomplete}
         self._out.append(
             ev.run_finished(
                 self.thread_id,
@@ -187,12 +199,14 @@ class StreamDiscipline:
         unit = self._open.get(key)  # an open unit implies a running run
         if unit is None or unit.kind is not UnitKind.REASONING:
             unit = self._unit(key, UnitKind.REASONING)  # raises the precise refusal
+        if self.join_surrogates:
+            delta = _join(unit, delta)
         if delta:  # R2: no empty deltas
             self._out.append(ev.reasoning_message_content(unit.agui_id, delta))
 
-    def end_reasoning(self, key: Hashable) -> None:
+    def end_reasoning(self, key: Hashable, *, incomplete: bool = False) -> None:
         self._unit(key, UnitKind.REASONING)
-        self._close(key)
+        self._close(key, incomplete=incomplete)
 
     def encrypted_value(self, subtype: ArtefactSubtype, entity_id: str, value: str) -> None:
         """``REASONING_ENCRYPTED_VALUE`` naming an entity this run opened (R3, R6)."""
@@ -212,13 +226,15 @@ class StreamDiscipline:
         unit = self._open.get(key)
         if unit is None or unit.kind is not UnitKind.TEXT:
             unit = self._unit(key, UnitKind.TEXT)
+        if self.join_surrogates:
+            delta = _join(unit, delta)
         if delta:
             self.text_seen = True
             self._out.append(ev.text_message_content(unit.agui_id, delta))
 
-    def end_text(self, key: Hashable) -> None:
+    def end_text(self, key: Hashable, *, incomplete: bool = False) -> None:
         self._unit(key, UnitKind.TEXT)
-        self._close(key)
+        self._close(key, incomplete=incomplete)
 
     # -- tool calls -------------------------------------------------------------
 
@@ -239,13 +255,15 @@ class StreamDiscipline:
         unit = self._open.get(key)
         if unit is None or unit.kind is not UnitKind.TOOL_CALL:
             unit = self._unit(key, UnitKind.TOOL_CALL)
+        if self.join_surrogates:
+            delta = _join(unit, delta)
         if delta:
             unit.args.append(delta)
             self._out.append(ev.tool_call_args(unit.agui_id, delta))
 
-    def end_tool_call(self, key: Hashable) -> None:
+    def end_tool_call(self, key: Hashable, *, incomplete: bool = False) -> None:
         self._unit(key, UnitKind.TOOL_CALL)
-        self._close(key)
+        self._close(key, incomplete=incomplete)
 
     # -- internals --------------------------------------------------------------
 
@@ -274,6 +292,10 @@ class StreamDiscipline:
     def _close(self, key: Hashable, *, incomplete: bool = False) -> None:
         """Emit the unit's end event; ``incomplete`` marks a close forced by an abnormal end."""
         unit = self._open.pop(key)
+        if unit.half:  # its partner never came: U+FFFD, as a UTF-8 decoder shows a broken character
+            self._out.append(_CONTENT_EVENTS[unit.kind](unit.agui_id, REPLACEMENT))
+            if unit.kind is UnitKind.TOOL_CALL:
+                unit.args.append(REPLACEMENT)
         meta = _meta({"incomplete": True}) if incomplete else None
         self._out.append(_END_EVENTS[unit.kind](unit.agui_id, meta))
 
@@ -296,6 +318,20 @@ _END_EVENTS = {
     UnitKind.TEXT: ev.text_message_end,
     UnitKind.TOOL_CALL: ev.tool_call_end,
 }
+
+
+_CONTENT_EVENTS = {
+    UnitKind.REASONING: ev.reasoning_message_content,
+    UnitKind.TEXT: ev.text_message_content,
+    UnitKind.TOOL_CALL: ev.tool_call_args,
+}
+
+
+def _join(unit: _OpenUnit, delta: str) -> str:
+    """A delta with its predecessor's waiting half in front, its own trailing half held back,
+    and surrogate pairs joined into their characters (``workers.core.surrogates``)."""
+    text, unit.half = split_high(unit.half + delta)
+    return whole(text)
 
 
 def _is_json(text: str) -> bool:

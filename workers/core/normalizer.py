@@ -19,17 +19,27 @@ artefacts, before the offset is committed. A worker that meets a run it does
 not hold in memory — after a restart, a crash, or a partition moving to it —
 calls :meth:`Normalizer.restore` with the journal: the run's earlier events are
 re-fed to a fresh translator, their output discarded but counted, so the event
-numbering continues where the previous owner stopped. An in-memory run whose
-next expected sequence number is not the record's is stale (another worker
-advanced it) and is restored the same way. Redelivered records (``rw-seq``
-below the run's next) are skipped; a record of a run that already ended is
-skipped too. Output is at least once: a record redelivered after its outputs
-were published but before its offset was committed is published again with
-the same ``rw-event-seq``, so consumers can drop the duplicate.
+numbering continues where the previous owner stopped. Output is at least
+once: a record redelivered after its outputs were published but before its
+offset was committed is published again with the same ``rw-event-seq``, so
+consumers can drop the duplicate.
+
+Record accounting (issue 13, ``workers.core.delivery``): every raw record is
+processed, dead-lettered with a code, or counted as a redelivery. A run accepts
+its input strictly in ``rw-seq`` order; a gap ends it (``sequence_gap``), a
+different record under an accepted ``rw-seq`` is a conflict, a provider event
+after the end is dead-lettered (the ended marker keeps the offset the run ended
+at, so a redelivery is told from a late record), and a control record for a run
+with no accepted input makes no run. An exception while translating one record,
+or an output too large for its topic, ends that record's run and nothing else.
+Because only accepted input is journaled and every number is derived from it,
+``rw-event-seq`` is a function of the run's accepted input across restarts,
+rewinds and gaps.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -52,13 +62,18 @@ from contracts.envelope import (
 )
 from contracts.grammars import Grammar
 from contracts.policy import Audience, PolicyBook, RetentionPolicy
+from workers.core import events as ev
 from workers.core.audience import AudienceFilter
-from workers.core.translator import ErrorCode, Translation, Translator, TranslatorWarning
+from workers.core.delivery import DeadLetterCode, OutputLimits, dead_letter_headers, fit_dead_letter, record_size
+from workers.core.discipline import METADATA_KEY
+from workers.core.translator import ErrorCode, RunEnd, Translation, Translator, TranslatorWarning
 from workers.core.wire import event_json, record_json
 from workers.translators import implemented, translator_for
 
 
 _ENDED_MEMORY = 10_000
+EXPIRED_SEQ = -1
+"""The journal field under which an inactivity timeout is recorded (its value: the timeout, in seconds)."""
 """How many ended runs a worker remembers locally; older ones are found in the store."""
 
 
@@ -124,6 +139,13 @@ class Step:
     warnings: list[TranslatorWarning] = field(default_factory=list)
     skipped: str | None = None
     """Why the record changed nothing (duplicate, run already ended), if it did not."""
+    dead_letter: DeadLetterCode | None = None
+    """Why this record was dead-lettered, if it was (the DLQ record is in ``outbound``)."""
+    ended_at: tuple[int, int] | None = None
+    """When ``run_ended``: (partition, offset) of the run's last raw record, for the ended
+    marker — a later record of the run is dead-lettered, a redelivered one is not."""
+    error: str | None = None
+    """The exception type that failed the run (``internal_error``), for a content-free log line."""
 
 
 @dataclass
@@ -132,6 +154,31 @@ class DeadLetter:
 
     record: RawRecord
     reason: str
+    code: DeadLetterCode = DeadLetterCode.INVALID_ENVELOPE
+
+
+class Ended(NamedTuple):
+    """Where a run ended: its last raw record's partition and offset (-1: unknown)."""
+
+    partition: int = -1
+    offset: int = -1
+
+    def marker(self) -> bytes:
+        """The ended marker's value in the store."""
+        return f"{self.partition}:{self.offset}".encode()
+
+    @classmethod
+    def parse(cls, marker: bytes | str | bool | None) -> Ended | None:
+        """An ended marker as the store returns it (``None``/``False``: the run has not ended;
+        a marker from before offsets were recorded, or ``True``: ended, position unknown)."""
+        if not marker:
+            return None
+        text = marker.decode("ascii", "replace") if isinstance(marker, bytes) else str(marker)
+        partition, _, offset = text.partition(":")
+        try:
+            return cls(int(partition), int(offset))
+        except ValueError:
+            return cls()
 
 
 @dataclass(slots=True)
@@ -155,21 +202,60 @@ class _RunState:
     event_seq: int = 0
     public_seq: int = 0
     last_seen: float = 0.0
+    last_offset: int = -1
+    """Offset of the run's last accepted raw record (its partition is ``partition``)."""
+    digests: list[bytes] = field(default_factory=list)
+    """Per accepted ``rw-seq``: a digest of the record, so a re-sent copy is told from a conflict."""
+    broken: str | None = None
+    """Re-feeding the journal raised (exception type): the run fails ``internal_error`` on its next record."""
+    expired: str | None = None
+    """The journal says the run timed out (after its last entry): the timeout, as journaled."""
+    ahead: dict[int, JournalEntry] = field(default_factory=dict)
+    """Journal entries past the state (accepted by an attempt whose offsets were not committed):
+    a record that comes again is checked against them (:meth:`Normalizer.accept`)."""
+    room: tuple[int, int] = (0, 0)
+    """The largest event value (trusted, public) that fits its topic with the run's headers."""
 
 
 class Normalizer:
-    """Per-worker run table and every routing decision of the normalizer (sans-I/O)."""
+    """Per-worker run table and every routing decision of the normalizer (sans-I/O).
 
-    def __init__(self, policies: PolicyBook | None = None) -> None:
+    Every raw record is accounted for (``workers.core.delivery``): :meth:`route` and
+    :meth:`accept` never raise — a record they cannot handle is dead-lettered, and an
+    exception while translating or serializing one record fails that record's run
+    (``internal_error``) and nothing else. A run's event numbering (``rw-event-seq``) is a
+    function of its accepted input only, which is exactly its journal: input is accepted
+    strictly in ``rw-seq`` order from 0, a gap ends the run (``sequence_gap``), and a record
+    that ends a run for any reason other than its own content is never journaled.
+    """
+
+    def __init__(self, policies: PolicyBook | None = None, *, limits: OutputLimits | None = None) -> None:
         self.policies = policies or PolicyBook()
+        self.limits = limits or OutputLimits()
+        """The broker's size limit per output topic (the worker sets them from the topics' configs)."""
         self._runs: dict[RunKey, _RunState] = {}
-        self._ended: OrderedDict[RunKey, None] = OrderedDict()
-        """Runs that ended here recently, so late duplicates are skipped without a lookup."""
+        self._ended: OrderedDict[RunKey, Ended] = OrderedDict()
+        """Runs that ended here recently, and where, so late records are judged without a lookup."""
         self._grammars = frozenset(g.value for g in implemented())
+        self._stepped: dict[int, int] = {}
+        """Partition → offset of the last raw record routed (goes back after a rewind)."""
+        self._replay: dict[int, int] = {}
+        """Partition → the highest offset that may have been published already: stepped before a
+        rewind, or in the log when this worker first fetched the partition (``replay_until``)."""
 
     # -- routing --------------------------------------------------------------------
 
     def route(self, record: RawRecord) -> DeadLetter | RunInput:
+        """What the record is: input for a run, or a dead letter (never raises)."""
+        self._stepped[record.partition] = record.offset
+        if record.offset > self._replay.get(record.partition, -1):
+            self._replay[record.partition] = record.offset
+        try:
+            return self._route(record)
+        except Exception as exc:  # whatever the headers hold, the record is accounted for
+            return DeadLetter(record, f"record could not be read ({type(exc).__name__})", DeadLetterCode.UNREADABLE)
+
+    def _route(self, record: RawRecord) -> DeadLetter | RunInput:
         headers = dict(record.headers)
         try:
             envelope = read_envelope(headers, self._grammars)
@@ -181,72 +267,197 @@ class Normalizer:
             return DeadLetter(record, f"record key differs from {HEADER_RUN_ID}: ordering per run is not guaranteed")
         return RunInput(record, envelope, RunKey(envelope.tenant, envelope.run_id))
 
-    def needs_restore(self, item: RunInput) -> bool:
-        """True when the run is not held here, or is held but stale (another owner moved it on)."""
-        if item.run in self._ended:
-            return False
-        state = self._runs.get(item.run)
-        return state is None or item.envelope.seq > state.next_seq
+    def replay_until(self, partition: int, end_offset: int) -> None:
+        """The partition's log ended at ``end_offset`` when this worker first fetched it: a previous
+        owner may have published outputs of any record before it (it died before committing)."""
+        self._replay[partition] = max(self._replay.get(partition, -1), end_offset - 1)
 
-    def restore(self, item: RunInput, journal: Iterable[JournalEntry], *, ended: bool) -> None:
-        """Rebuild the run from its journal (entries before this record), or mark it ended."""
+    def knows(self, partition: int) -> bool:
+        return partition in self._replay
+
+    def replaying(self, partition: int) -> bool:
+        """Records of this partition that may have been published are being stepped again: no
+        timeout is judged there until they are past (a timeout between two of them would number
+        its ``RUN_ERROR`` over an event already published for the later one)."""
+        return self._stepped.get(partition, -1) < self._replay.get(partition, -1)
+
+    def reject(self, item: DeadLetter) -> Step:
+        """The step for a record :meth:`route` refused: its dead letter, nothing else."""
+        return Step(outbound=[self._dead_letter(item.record, item.reason, item.code)], dead_letter=item.code)
+
+    def needs_restore(self, item: RunInput) -> bool:
+        """True when the run is neither held here nor known to have ended here: its journal (and
+        ended marker) must be read first. A held run never needs it — partitions are handed over
+        through the rebalance listener, which drops the revoked partitions' runs, so what this
+        worker holds is never behind another owner."""
+        return item.run not in self._ended and item.run not in self._runs
+
+    def restore(self, item: RunInput, journal: Iterable[JournalEntry], *, ended: bytes | str | bool | None) -> None:
+        """Rebuild the run from its journal, or mark it ended.
+
+        The journal is the run's accepted input, ``0, 1, 2 …`` (only a contiguous prefix counts).
+        It is re-fed up to this record's ``rw-seq`` — the exact state the run had when the record
+        first came, so the numbering continues where the previous owner (or attempt) stopped and
+        a redelivered record publishes what it published before. The entries from the record on
+        are kept aside (``ahead``): they were accepted already, by an attempt whose offsets were
+        not committed, and :meth:`accept` checks the records that come again against them —
+        a record that differs from the entry for its ``rw-seq`` is a conflict, not new input.
+        A run with no accepted input is not created here: a data record starts it in
+        :meth:`accept`, a control record for it is dead-lettered (``unknown_run``)."""
+        where = Ended.parse(ended)
         self._runs.pop(item.run, None)
-        if ended:
-            self._mark_ended(item.run)
+        if where is not None:
+            self._mark_ended(item.run, where)
+            return
+        entries = {entry.seq: entry for entry in journal}
+        expired = entries.pop(EXPIRED_SEQ, None)
+        if 0 not in entries:
             return
         state = self._new_state(item)
-        for entry in sorted(journal, key=lambda e: e.seq):
-            if entry.seq >= item.envelope.seq:
-                break
-            out = state.translator.feed(entry.value, sse_event=entry.sse_event)
-            self._apply(state, out, Step(), None, emit=False)  # same numbering and filters, no output
-            state.next_seq = entry.seq + 1
         self._runs[item.run] = state
+        if expired is not None:
+            state.expired = expired.value.decode("ascii", "replace")
+        self._catch_up(state, entries, upto=item.envelope.seq)
+        end = state.next_seq
+        while end in entries:
+            state.ahead[end] = entries[end]
+            end += 1
+
+    def _catch_up(self, state: _RunState, entries: dict[int, JournalEntry], *, upto: int) -> None:
+        """Re-feed accepted entries ``next_seq … upto-1`` (their outputs were published): the
+        numbering and the filters advance, nothing is emitted."""
+        try:
+            while state.next_seq < upto and state.next_seq in entries:
+                entry = entries.pop(state.next_seq) if entries is state.ahead else entries[state.next_seq]
+                out = state.translator.feed(entry.value, sse_event=entry.sse_event)
+                self._apply(state, out, Step(), None, emit=False)
+                state.digests.append(_digest(entry.value, entry.sse_event))
+                state.next_seq += 1
+        except Exception as exc:  # deterministic: the same input raised (or not) when first accepted
+            state.broken = type(exc).__name__
 
     # -- processing -----------------------------------------------------------------
 
     def accept(self, item: RunInput, *, now: float | None = None) -> Step:
-        """Translate one raw record of a run; the adapter stores, publishes, then commits."""
+        """Judge and translate one raw record of a run; the adapter stores, publishes, then commits."""
         now = time.monotonic() if now is None else now
-        key, env = item.run, item.envelope
-        if key in self._ended:
-            return Step(run=key, skipped="run already ended")
-        state = self._runs.get(key) or self._new_state(item)
-        self._runs[key] = state
+        key, env, record = item.run, item.envelope, item.record
+        ended = self._ended.get(key)
+        if ended is not None:
+            return self._after_end(item, ended)
+        state = self._runs.get(key)
+        if state is None:
+            if env.control is not None:
+                reason = f"{env.control.value} record for a run with no accepted input"
+                return self._refuse(item, DeadLetterCode.UNKNOWN_RUN, reason)
+            state = self._runs[key] = self._new_state(item)
+        if state.ahead and env.seq >= state.next_seq:
+            accepted = state.ahead.get(env.seq)
+            if accepted is not None and (env.control is not None or _digest(accepted.value, accepted.sse_event) != _digest(record.value, env.sse_event)):
+                reason = f"rw-seq {env.seq} was already accepted with different content"
+                return self._refuse(item, DeadLetterCode.DUPLICATE_CONFLICT, reason)
+            self._catch_up(state, state.ahead, upto=env.seq)  # records between came before this poll
+            redone = state.ahead.pop(env.seq, None) is not None
+        else:
+            redone = False
+        if state.expired is not None and not state.ahead and not redone and env.seq >= state.next_seq:
+            return self._after_expiry(item, state)
         if env.seq < state.next_seq:
-            return Step(run=key, skipped=f"duplicate record rw-seq {env.seq} (next is {state.next_seq})")
+            return self._duplicate(item, state)
         step = Step(run=key, thread_id=state.envelope.thread_id)
-        if env.seq > state.next_seq:
-            step.warnings.append(TranslatorWarning("sequence_gap", f"rw-seq jumped from {state.next_seq} to {env.seq}", env.seq))
-        state.next_seq = env.seq + 1
         state.last_seen = now
+        state.last_offset = record.offset
+        if env.seq > state.next_seq:
+            missing = f"rw-seq jumped from {state.next_seq} to {env.seq}: a record of the run is missing"
+            self._fail(state, step, item, DeadLetterCode.SEQUENCE_GAP, missing)
+            return step
+        if state.broken is not None:
+            self._fail(state, step, item, DeadLetterCode.INTERNAL_ERROR, f"the run could not be restored ({state.broken})")
+            return step
+        marks = (state.event_seq, state.public_seq)
+        try:
+            self._translate(state, item, step, now)
+            if state.expired is not None and not state.ahead and not step.run_ended:  # redone up to the timeout
+                self._expire_run(state, step, state.expired)
+        except Exception as exc:  # this record's outputs cannot be made or cannot be published
+            state.event_seq, state.public_seq = marks
+            step.outbound.clear()
+            step.artefacts.clear()
+            step.journal_append = None
+            step.run_ended = False
+            if isinstance(exc, _TooLarge):
+                self._fail(state, step, item, DeadLetterCode.TOO_LARGE, str(exc))
+            else:
+                step.error = type(exc).__name__
+                self._fail(state, step, item, DeadLetterCode.INTERNAL_ERROR, f"translating the record failed ({step.error})")
+        return step
+
+    def _after_expiry(self, item: RunInput, state: _RunState) -> Step:
+        """A record of a run whose timeout a previous owner journaled: end the run as it did (the
+        same events, numbers included), then judge the record as one after the end."""
+        step = Step(run=item.run, thread_id=state.envelope.thread_id)
+        state.last_offset = item.record.offset  # the ended marker: this record and earlier ones are judged
+        self._expire_run(state, step, state.expired or "")
+        late = self._after_end(item, Ended(item.record.partition, item.record.offset - 1))  # this one came after the end
+        step.outbound += late.outbound
+        step.dead_letter = late.dead_letter
+        return step
+
+    def _translate(self, state: _RunState, item: RunInput, step: Step, now: float) -> None:
+        env, record = item.envelope, item.record
         if env.control is not None:
             reason = "the ingress reported the connection dropped" if env.control is Control.ABORT else None
             translation = state.translator.abort(reason) if reason else state.translator.finish()
         else:
-            assert item.record.value is not None  # route() dead-letters value-less data records
-            step.journal_append = JournalEntry(env.seq, item.record.value, env.sse_event)
-            translation = state.translator.feed(item.record.value, sse_event=env.sse_event, at_ms=now * 1000)
-        self._apply(state, translation, step, item.record)
-        return step
+            assert record.value is not None  # route() dead-letters value-less data records
+            step.journal_append = JournalEntry(env.seq, record.value, env.sse_event)
+            translation = state.translator.feed(record.value, sse_event=env.sse_event, at_ms=now * 1000)
+        self._apply(state, translation, step, record)
+        state.next_seq = env.seq + 1
+        state.digests.append(_digest(record.value, env.sse_event))
 
     def expire(self, *, now: float | None = None, timeout_s: float) -> list[Step]:
-        """Close runs whose ingress went silent for ``timeout_s`` (RUN_ERROR, interrupted)."""
+        """Close runs whose ingress went silent for ``timeout_s`` (RUN_ERROR, interrupted).
+
+        The decision is journaled (entry ``EXPIRED_SEQ``, in the same transaction as the rest of
+        the poll, before the ``RUN_ERROR`` is sent): a timeout depends on the clock, not on the
+        log, so a worker that restores the run after a crash must find it, not decide again —
+        a late record would otherwise be translated into the number the ``RUN_ERROR`` took."""
         now = time.monotonic() if now is None else now
         steps = []
         for key, state in list(self._runs.items()):
+            if state.ahead or self.replaying(state.partition):  # its input is being redone, not idle
+                continue
             if now - state.last_seen >= timeout_s:
                 step = Step(run=key, thread_id=state.envelope.thread_id)
-                translation = state.translator.abort(
-                    f"no input for {timeout_s:g}s: the ingress vanished", code=ErrorCode.INACTIVITY_TIMEOUT
-                )
-                self._apply(state, translation, step, None)
+                timeout = f"{timeout_s:g}"
+                step.journal_append = JournalEntry(EXPIRED_SEQ, timeout.encode())
+                self._expire_run(state, step, timeout)
                 steps.append(step)
         return steps
 
-    def forget_partitions(self, partitions: Iterable[int]) -> int:
-        """Drop the runs of partitions this worker no longer owns; the new owner restores them."""
+    def _expire_run(self, state: _RunState, step: Step, timeout: str) -> None:
+        """End the run ``inactivity_timeout`` — the same events whenever it is (re)done."""
+        marks = (state.event_seq, state.public_seq)
+        try:
+            translation = state.translator.abort(f"no input for {timeout}s: the ingress vanished", code=ErrorCode.INACTIVITY_TIMEOUT)
+            self._apply(state, translation, step, None)
+            if not step.run_ended:  # the translator had ended already: close the run anyway
+                self._end(state, step, state.base_headers)
+        except Exception as exc:
+            state.event_seq, state.public_seq = marks
+            step.outbound.clear()
+            step.artefacts.clear()
+            step.error = type(exc).__name__
+            self._fail(state, step, None, DeadLetterCode.INTERNAL_ERROR, f"closing the run failed ({step.error})")
+
+    def forget_partitions(self, partitions: Iterable[int], *, revoked: bool = False) -> int:
+        """Drop the runs of partitions this worker no longer owns (``revoked``: for good, until
+        assigned again) or is about to redo (a rewind); the runs are restored from the journal."""
         gone = set(partitions)
+        if revoked:  # another owner may publish there meanwhile: judge the log end again on return
+            for partition in gone:
+                self._replay.pop(partition, None)
         dropped = [k for k, s in self._runs.items() if s.partition in gone]
         for key in dropped:
             del self._runs[key]
@@ -257,10 +468,58 @@ class Normalizer:
     def open_runs(self) -> int:
         return len(self._runs)
 
+    # -- accounting -----------------------------------------------------------------
+
+    def _after_end(self, item: RunInput, ended: Ended) -> Step:
+        """A record of a run that ended: a control record confirms the end (the ingress's end
+        record after the provider's own end is normal); the run's records up to where it
+        ended come again only as redeliveries (counted); anything later is dead-lettered."""
+        record = item.record
+        if item.envelope.control is not None:
+            return Step(run=item.run, skipped="run already ended")
+        if ended.offset < 0 or (record.partition == ended.partition and record.offset <= ended.offset):
+            return Step(run=item.run, skipped="run already ended (redelivered record)")
+        return self._refuse(item, DeadLetterCode.RUN_ENDED, "record after the end of its run")
+
+    def _duplicate(self, item: RunInput, state: _RunState) -> Step:
+        """An ``rw-seq`` already accepted: a byte-identical copy is counted, anything else is a conflict."""
+        env = item.envelope
+        known = state.digests[env.seq] if env.seq < len(state.digests) else None
+        if env.control is None and known in (None, _digest(item.record.value, env.sse_event)):
+            return Step(run=item.run, skipped=f"duplicate record rw-seq {env.seq} (next is {state.next_seq})")
+        reason = f"rw-seq {env.seq} was already accepted with different content"
+        return self._refuse(item, DeadLetterCode.DUPLICATE_CONFLICT, reason)
+
+    def _refuse(self, item: RunInput, code: DeadLetterCode, reason: str) -> Step:
+        return Step(run=item.run, outbound=[self._dead_letter(item.record, reason, code)], dead_letter=code)
+
+    def _fail(self, state: _RunState, step: Step, item: RunInput | None, code: DeadLetterCode, reason: str) -> None:
+        """End the run with ``RUN_ERROR`` ``code`` and dead-letter the record that caused it.
+
+        The translator is not asked: after an exception its state is not trusted, and after a
+        gap or an oversized output what it would close no longer matches what was published.
+        A bare ``RUN_ERROR`` (after ``RUN_STARTED`` if none was published) is a valid AG-UI
+        ending whatever is still open, and it is numbered right after the run's last
+        published event — a function of the accepted input, as every number is."""
+        env = state.envelope
+        events = []
+        if state.event_seq == 0:
+            meta = {METADATA_KEY: {k: v for k, v in (("grammar", env.grammar), ("model", env.model)) if v is not None}}
+            events.append(ev.run_started(env.thread_id, env.run_id, meta))
+        events.append(ev.run_error(f"run ended by reasonwire: {reason}", code.value, usage=None, metadata=None))
+        try:
+            state.translator.end = RunEnd.ERROR
+        except Exception:  # noqa: S110 - the usage record then says interrupted
+            pass
+        self._apply(state, Translation(events), step, None, ended=True)
+        if item is not None:
+            step.outbound.append(self._dead_letter(item.record, reason, code))
+            step.dead_letter = code
+
     # -- internals ------------------------------------------------------------------
 
-    def _mark_ended(self, key: RunKey) -> None:
-        self._ended[key] = None
+    def _mark_ended(self, key: RunKey, where: Ended) -> None:
+        self._ended[key] = where
         while len(self._ended) > _ENDED_MEMORY:
             self._ended.popitem(last=False)
 
@@ -274,6 +533,13 @@ class Normalizer:
             issuer_scope=env.issuer_scope,
         )
         policy = self.policies.for_tenant(env.tenant)
+        base: KafkaHeaders = [
+            (HEADER_RUN_ID, env.run_id.encode()),
+            (HEADER_THREAD_ID, env.thread_id.encode()),
+            (HEADER_TENANT, env.tenant.encode()),
+            (HEADER_PROVIDER, env.grammar.encode()),
+        ]
+        overhead = _headers_size(base)
         return _RunState(
             translator,
             env,
@@ -281,59 +547,101 @@ class Normalizer:
             policy,
             trusted=AudienceFilter(policy.rule(Audience.TRUSTED)),
             public=AudienceFilter(policy.rule(Audience.PUBLIC)),
-            base_headers=[
-                (HEADER_RUN_ID, env.run_id.encode()),
-                (HEADER_THREAD_ID, env.thread_id.encode()),
-                (HEADER_TENANT, env.tenant.encode()),
-                (HEADER_PROVIDER, env.grammar.encode()),
-            ],
+            base_headers=base,
             last_seen=time.monotonic(),
+            last_offset=item.record.offset,
+            room=(self.limits.limit(topics.EVENTS) - overhead, self.limits.limit(topics.EVENTS_PUBLIC) - overhead),
         )
 
     def _apply(
-        self, state: _RunState, translation: Translation, step: Step, record: RawRecord | None, *, emit: bool = True
+        self,
+        state: _RunState,
+        translation: Translation,
+        step: Step,
+        record: RawRecord | None,
+        *,
+        emit: bool = True,
+        ended: bool | None = None,
     ) -> None:
         """Number and filter the translation's events per audience and put the outputs in ``step``;
-        with ``emit=False`` (a restore) only the numbering and the filters advance."""
+        with ``emit=False`` (a restore) only the numbering and the filters advance. ``ended``
+        overrides the translator's own verdict (a run the normalizer fails itself)."""
         env, policy, base = state.envelope, state.policy, state.base_headers
         key = env.run_id.encode()
+        room, public_room = state.room
         for event in translation.events:
             trusted = state.trusted.admit(event)
             blob = None
             if trusted is not None:
                 if emit:
                     blob = event_json(trusted)
+                    if len(blob) > room:
+                        raise _TooLarge(topics.EVENTS, len(blob))
                     step.outbound.append(_event_record(topics.EVENTS, key, blob, base, state.event_seq))
                 state.event_seq += 1
             public = state.public.admit(event)
             if public is not None:
                 if emit:
                     public_blob = blob if public is trusted and blob is not None else event_json(public)
+                    if len(public_blob) > public_room:
+                        raise _TooLarge(topics.EVENTS_PUBLIC, len(public_blob))
                     step.outbound.append(_event_record(topics.EVENTS_PUBLIC, key, public_blob, base, state.public_seq))
                 state.public_seq += 1
         if not emit:
             return
         if policy.opaque_state.store:
             step.artefact_ttl_s = policy.opaque_state.ttl_s
-            for record in translation.artefacts:  # fresh from the translator, owned by this step
-                record.tenant = env.tenant
+            for artefact in translation.artefacts:  # fresh from the translator, owned by this step
+                artefact.tenant = env.tenant
             step.artefacts += translation.artefacts
         step.warnings += translation.warnings
         if translation.rejection is not None and record is not None:
-            step.outbound.append(_dead_letter(record, translation.rejection.reason))
-        if state.translator.ended:
+            step.outbound.append(self._dead_letter(record, translation.rejection.reason, DeadLetterCode.MALFORMED_EVENT))
+            step.dead_letter = DeadLetterCode.MALFORMED_EVENT
+        if state.translator.ended if ended is None else ended:
             self._end(state, step, base)
 
     def _end(self, state: _RunState, step: Step, headers: KafkaHeaders) -> None:
         env = state.envelope
-        usage = state.translator.usage_record(tenant=env.tenant)
-        for problem in usage.tokens.inconsistencies():
-            step.warnings.append(TranslatorWarning("usage_inconsistent", problem, state.translator.line))
         if state.policy.publish_usage:
-            step.outbound.append(Outbound(topics.USAGE, env.run_id.encode(), record_json(usage), list(headers)))
+            try:  # a run failed before its translator started, or by the translator's fault: no usage
+                usage = state.translator.usage_record(tenant=env.tenant)
+                problems = usage.tokens.inconsistencies()
+                blob = record_json(usage)  # may refuse what the translator let through (issue 18)
+            except Exception as exc:
+                step.warnings.append(TranslatorWarning("usage_unavailable", f"no usage record ({type(exc).__name__})", state.translator.line))
+            else:
+                for problem in problems:
+                    step.warnings.append(TranslatorWarning("usage_inconsistent", problem, state.translator.line))
+                if self.limits.fits(topics.USAGE, env.run_id.encode(), blob, headers):
+                    step.outbound.append(Outbound(topics.USAGE, env.run_id.encode(), blob, list(headers)))
         step.run_ended = True
+        where = Ended(state.partition, state.last_offset)
+        step.ended_at = (where.partition, where.offset)
         self._runs.pop(RunKey(env.tenant, env.run_id), None)
-        self._mark_ended(RunKey(env.tenant, env.run_id))
+        self._mark_ended(RunKey(env.tenant, env.run_id), where)
+
+    def _dead_letter(self, record: RawRecord, reason: str, code: DeadLetterCode) -> Outbound:
+        return _dead_letter(record, reason, code, self.limits.limit(topics.DLQ))
+
+
+class _TooLarge(Exception):
+    """An output exceeds its topic's size limit: publishing it would fail on every retry."""
+
+    def __init__(self, topic: str, size: int) -> None:
+        super().__init__(f"an output of {size} bytes exceeds the size limit of {topic}")
+
+
+def _digest(value: bytes | None, sse_event: str | None) -> bytes:
+    """Identifies a record's content (value and SSE event name) for duplicate checks."""
+    h = hashlib.blake2b(value or b"", digest_size=16)
+    h.update(b"\x00" + (sse_event or "").encode("utf-8", "surrogatepass"))
+    return h.digest()
+
+
+def _headers_size(headers: KafkaHeaders) -> int:
+    """What a run's event record takes besides its value: key, common and per-event headers."""
+    return record_size(headers[0][1], b"", [*headers, (HEADER_EVENT_SEQ, b"18446744073709551615"), ("content-type", b"application/json")])
 
 
 _JSON = ("content-type", b"application/json")
@@ -343,13 +651,14 @@ def _event_record(topic: str, key: bytes, blob: bytes, base: KafkaHeaders, seq: 
     return Outbound(topic, key, blob, [*base, (HEADER_EVENT_SEQ, str(seq).encode()), _JSON])
 
 
-def dead_letter(item: DeadLetter) -> Outbound:
+def dead_letter(item: DeadLetter, limits: OutputLimits | None = None) -> Outbound:
     """The DLQ record for an unattributable input: original key, bytes and headers, plus why."""
-    return _dead_letter(item.record, item.reason)
+    return _dead_letter(item.record, item.reason, item.code, (limits or OutputLimits()).limit(topics.DLQ))
 
 
-def _dead_letter(record: RawRecord, reason: str) -> Outbound:
-    """The original headers byte for byte (even ones that are not UTF-8), plus the reason."""
-    headers = [(name, value) for name, value in record.headers if name != HEADER_REASON]
-    headers.append((HEADER_REASON, reason.encode()))
-    return Outbound(topics.DLQ, record.key, record.value or b"", headers)
+def _dead_letter(record: RawRecord, reason: str, code: DeadLetterCode, limit: int) -> Outbound:
+    """Original key, value and headers as consumed (a null value stays null), plus why; cut to
+    fit the DLQ's size limit if it must (``fit_dead_letter``)."""
+    headers = dead_letter_headers(record.headers, HEADER_REASON, reason, code)
+    key, value, headers = fit_dead_letter(record.key, record.value, headers, limit)
+    return Outbound(topics.DLQ, key, value, headers)  # type: ignore[arg-type]

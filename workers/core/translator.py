@@ -12,7 +12,9 @@ store, warnings to log and count, and — if the input was malformed — the
 Everything every grammar does the same way lives in this class, once:
 
 * parsing (bytes → JSON object); a line that is not a JSON object is a malformed
-  event (R7): ``RUN_ERROR``, rejection, nothing else lost;
+  event (R7): ``RUN_ERROR``, rejection, nothing else lost. Escaped UTF-16 surrogate
+  halves in a text field (a character cut between two deltas) are valid JSON and
+  accepted; the discipline joins them (``workers.core.surrogates``);
 * dispatch through the subclass's ``HANDLERS`` table keyed by the provider's
   event type; a type not in the table is an unknown event (P3): warned,
   counted, skipped, open units untouched;
@@ -22,7 +24,17 @@ Everything every grammar does the same way lives in this class, once:
   open units closed, held artefacts kept as incomplete records, ``RUN_ERROR``
   with code ``interrupted``;
 * events after the run ended are warned about and ignored;
-* usage normalization into AG-UI ``TokenUsage`` on the terminal event.
+* an exact repeat — an event the grammar identifies as one that happens once
+  (:meth:`Translator.delivery_key`: an OpenAI ``sequence_number``, an Anthropic block
+  stop) arriving again with the same bytes, adjacent or not (a producer retrying a
+  batch repeats several events) — is a duplicate delivery: dropped with a
+  ``duplicate_event`` warning, never translated twice;
+* usage normalization into AG-UI ``TokenUsage`` on the terminal event;
+* opaque values through :meth:`Translator.hold_artefact`: an *empty* one means the
+  unit is unsigned, in every grammar — warned, never announced, recorded incomplete
+  by the ledger, never replayed;
+* a terminal event that *cut* the output (a token limit) finishes the run with
+  ``truncated=True``: what it closes carries the ``incomplete`` marker.
 
 Translators are deterministic: the same input gives the same events and ids,
 which is what lets a worker that takes over a run re-feed it and skip what was
@@ -33,7 +45,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
@@ -44,10 +56,11 @@ import orjson
 from contracts.artefacts import ArtefactRecord, Issuer
 from contracts.grammars import Grammar
 from contracts.usage import NO_TOKENS, UsageRecord
-from workers.core.artefacts import ArtefactLedger
+from workers.core.artefacts import ArtefactLedger, HeldArtefact
 from workers.core.discipline import DisciplineViolation, RunPhase, StreamDiscipline
 from workers.core.errors import ProviderGrammarError
 from workers.core.events import WireEvent, token_usage
+from workers.core.surrogates import loads_with_lone_surrogates
 
 
 class RunEnd(StrEnum):
@@ -133,6 +146,8 @@ class Translator:
         self._warnings: list[TranslatorWarning] = []
         self._deferred_end: dict[str, Any] | None = None
         self._first_at_ms: float | None = None
+        self._delivered: dict[Hashable, int] = {}
+        """Delivery key → hash of the bytes that carried it, for the last ``DELIVERY_WINDOW`` keys."""
         self.time_to_first_reasoning_ms: float | None = None
         self.time_to_first_text_ms: float | None = None
 
@@ -165,12 +180,16 @@ class Translator:
         if run is not None and run.phase is RunPhase.ENDED:
             self._warn("event_after_end", "event after the end of the run ignored")
             return self._collect()
+        halves = False
         try:
             obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            obj = None
+        except orjson.JSONDecodeError as exc:
+            obj = loads_with_lone_surrogates(raw, exc)
+            halves = obj is not None
         if run is None:
             self._start(obj if type(obj) is dict else None, raw)
+        if halves:  # a character cut between two events: the discipline joins its halves
+            self.run.join_surrogates = True
         if at_ms is not None and self._first_at_ms is None:
             self._first_at_ms = at_ms
         if type(obj) is not dict:
@@ -180,6 +199,11 @@ class Translator:
         if handler is None:
             self.counters["unknown_events"] += 1
             self._warn("unknown_event", f"unknown {self.grammar.value} event type {event_type!r} skipped")
+            return self._collect()
+        key = self.delivery_key(obj)
+        if key is not None and self._redelivered(key, raw):
+            self.counters["duplicate_events"] += 1
+            self._warn("duplicate_event", f"{event_type!r} repeated byte for byte: a duplicate delivery, dropped")
             return self._collect()
         try:
             handler(self, obj)
@@ -237,15 +261,56 @@ class Translator:
         """(response id, model) if this first event carries them; they seed default ids."""
         return None, None
 
+    def hold_artefact(self, key: Hashable, artefact: HeldArtefact, *, where: str) -> bool:
+        """Hold an opaque value until its unit closes (the ledger emits it then).
+
+        An empty value means the unit is unsigned, in every grammar: warned here
+        (``empty_signature``), never announced, recorded incomplete by the ledger, never
+        replayed — providers answer a replayed ``""`` with "Invalid signature" (R3, P5)."""
+        if self.artefacts.hold(key, artefact):
+            return True
+        self.counters["empty_signatures"] += 1
+        self._warn("empty_signature", f"empty {artefact.kind} on {where}: unsigned, not announced, never replayed")
+        return False
+
+    def before_abnormal_end(self) -> None:
+        """Hook: the run is about to end with units open (error, interruption, malformed input),
+        before held values become incomplete records; a grammar puts its units in order here."""
+
+    DELIVERY_WINDOW: ClassVar[int] = 1024
+    """How many recent delivery keys are remembered (a retried batch repeats recent events)."""
+
+    def delivery_key(self, obj: dict[str, Any]) -> Hashable | None:
+        """What makes this event happen once in its run, or None when equal events may repeat.
+
+        Default None: two equal deltas are legitimate text ("\\n" twice). A grammar whose events
+        are unique by construction (a sequence number) or by kind (a block stops once) names the
+        key, and the same key again *with the same bytes* is dropped as a duplicate delivery
+        instead of failing the run; with other bytes it is handled as usual."""
+        return None
+
+    def _redelivered(self, key: Hashable, raw: bytes | str) -> bool:
+        digest = hash(raw)
+        seen = self._delivered.get(key)
+        if seen is not None:
+            return seen == digest
+        self._delivered[key] = digest
+        if len(self._delivered) > self.DELIVERY_WINDOW:
+            del self._delivered[next(iter(self._delivered))]
+        return False
+
     # -- helpers for subclasses ------------------------------------------------------
 
     def mint(self, role: str, unit: object) -> str:
         """A deterministic AG-UI id for a provider unit: ``<response>:<role>:<unit>``."""
         return f"{self.response_id or self.run.run_id}:{role}:{unit}"
 
-    def finish_run(self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None = None) -> None:
-        """The provider's terminal event arrived: close the run as finished."""
-        self._finish_now(stop_reason=stop_reason, pending_tool_call_ids=pending_tool_call_ids)
+    def finish_run(
+        self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None = None, truncated: bool = False
+    ) -> None:
+        """The provider's terminal event arrived: close the run as finished. ``truncated``: the
+        provider cut the output (a token limit), so units still open close marked incomplete."""
+        self._finish_now(stop_reason=stop_reason, pending_tool_call_ids=pending_tool_call_ids, truncated=truncated)
 
     def defer_finish(self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None = None) -> None:
         """The terminal event arrived but a trailer (usage) may follow: finish on it or at EOF."""
@@ -259,6 +324,7 @@ class Translator:
     def provider_error(self, message: str, *, provider_code: str | None = None) -> None:
         """The provider reported an error in the stream: ``RUN_ERROR`` after closing (R1)."""
         self.end = RunEnd.ERROR
+        self.before_abnormal_end()
         self.artefacts.abandon_all()
         meta = {"grammar": self.grammar.value, "providerCode": provider_code} if provider_code else None
         self.run.fail_run(message=message, code=ErrorCode.PROVIDER_ERROR, usage=self._token_usage(), metadata=meta)
@@ -274,16 +340,21 @@ class Translator:
         self._ledger = ArtefactLedger(self._run, _issuer(self.grammar, self.model, self.issuer_scope))
         self._run.start_run(metadata={"grammar": self.grammar.value, "model": self.model})
 
-    def _finish_now(self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None) -> None:
+    def _finish_now(
+        self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None, truncated: bool = False
+    ) -> None:
         self.end = RunEnd.FINISHED
         self.stop_reason = stop_reason
         self._deferred_end = None
         self.artefacts.abandon_all()
         meta = {"stopReason": stop_reason} if stop_reason else None
-        self.run.finish_run(usage=self._token_usage(), metadata=meta, pending_tool_call_ids=pending_tool_call_ids)
+        self.run.finish_run(
+            usage=self._token_usage(), metadata=meta, pending_tool_call_ids=pending_tool_call_ids, truncated=truncated
+        )
 
     def _interrupt(self, reason: str, *, code: ErrorCode = ErrorCode.INTERRUPTED) -> None:
         self.end = RunEnd.INTERRUPTED
+        self.before_abnormal_end()
         self.artefacts.abandon_all()
         self.run.fail_run(message=reason, code=code, usage=self._token_usage())
 
@@ -291,6 +362,7 @@ class Translator:
         """R7: a malformed known event (or non-JSON input) is fatal for the run."""
         self.end = RunEnd.ERROR
         self.counters["malformed_events"] += 1
+        self.before_abnormal_end()
         self.artefacts.abandon_all()
         message = f"malformed {self.grammar.value} event at line {self.line}: {reason}"
         self.run.fail_run(message=message, code=ErrorCode.MALFORMED_EVENT, usage=self._token_usage())

@@ -302,6 +302,8 @@ class Continuity:
     def _problem(self, record: ArtefactRecord) -> tuple[str, str, bool] | None:
         """Why this record may not go to the target (R8, P5), or None."""
         entity, target = record.entity_id, self.target
+        if not record.value:  # the provider sent an empty signature: the unit is unsigned (R3)
+            return "unsigned_artefact", f"artefact for {entity} is empty (the unit was unsigned): never replayed", False
         if not record.complete:
             return "incomplete_artefact", f"artefact for {entity} is incomplete (its unit never closed): never replayed", False
         if self.tenant is not None and record.tenant is not None and record.tenant != self.tenant:

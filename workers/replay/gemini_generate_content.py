@@ -29,7 +29,11 @@ name and position, carrying the id only when the call had one.
 
 Gemini 3 rejects a current turn whose signed call lost its signature (400;
 ``MISSING_THOUGHT_SIGNATURE``), so in an open tool loop a signed call without a
-replayable signature fails the replay before the call.
+replayable signature fails the replay before the call. For a Gemini 3 target
+that holds for the first call of every step of the open loop, whoever issued
+it: switching into Gemini 3 in the middle of another provider's tool loop is
+refused the same way (Google's documented bypass signatures are not sent;
+``docs/replay.md`` says why).
 """
 
 from __future__ import annotations
@@ -81,8 +85,19 @@ class GeminiGenerateContentReplay(ReplayBuilder):
         return {"parts": [{"text": t} for t in instructions]}
 
     def needs_artefact(self, unit: Reasoning | Text | Call, conversation: Conversation) -> bool:
-        # Only calls are validated, and only those that were signed (the first of each step).
-        return isinstance(unit, Call) and (bool(unit.excluded) or unit.client_value)
+        """Only calls are validated, and only those that were signed (the first of each step).
+
+        Gemini 3 validates the first call of each step of the current turn whatever issued
+        the history (REFERENCE §3.3): a turn that came from another provider or model has
+        no signature to send, so the same refusal applies as when a Gemini one was lost.
+        Google's bypass values for foreign history are not used: see ``docs/replay.md``."""
+        if not isinstance(unit, Call):
+            return False
+        if unit.excluded or unit.client_value:
+            return True
+        return validates_call_signatures(conversation.continuity.model_family) and _first_call_of_its_step(
+            unit, conversation
+        )
 
     def _model_parts(self, turn: AssistantTurn, conversation: Conversation, minted: set[str]) -> list[dict[str, Any]]:
         parts: list[dict[str, Any]] = []
@@ -106,6 +121,25 @@ class GeminiGenerateContentReplay(ReplayBuilder):
                     call["id"] = unit.call.id
                 parts.append({"functionCall": call})
         return parts
+
+
+_GENERATION = re.compile(r"^gemini-(\d+)")
+
+
+def validates_call_signatures(family: str | None) -> bool:
+    """Gemini 3 and later reject a current-turn step whose first call has no signature (400,
+    ``MISSING_THOUGHT_SIGNATURE``; REFERENCE §3.3). Unknown family: not assumed."""
+    match = _GENERATION.match(family or "")
+    return match is not None and int(match.group(1)) >= 3
+
+
+def _first_call_of_its_step(unit: Call, conversation: Conversation) -> bool:
+    """Whether ``unit`` is the first call of its assistant turn (one model step) in the open loop."""
+    for turn in conversation.current_turns():
+        calls = turn.calls
+        if calls and calls[0] is unit:
+            return True
+    return False
 
 
 def _text_parts(content: str, unit: Reasoning | Text, *, thought: bool) -> list[dict[str, Any]]:

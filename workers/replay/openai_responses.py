@@ -15,8 +15,9 @@ neither is ever produced; a reasoning message without a replayable artefact is
 simply not sent. A reasoning item must stay immediately before the item that
 followed it ("provided without its required following item", §1.7): the record
 names that item (``extra.following_item``), so its id is restored on the
-follower, and a reasoning item whose follower is no longer next is dropped
-with a warning rather than sent to be rejected.
+follower, and a reasoning item whose follower is no longer next — or that
+had no follower at all, being its response's last output — is dropped with
+a warning (``follower_missing``) rather than sent to be rejected.
 
 Item ids of messages and function calls are not opaque state: a follower's id
 comes from its reasoning record; other ids (and a message's ``phase``) come
@@ -122,24 +123,24 @@ class _AssistantItems:
         dropped: set[int] = set()
         for index, unit, follower in self.reasoning:
             following = self.items[index + 1] if index + 1 < len(self.items) else None
-            if follower is None:
-                continue  # the reasoning item was its response's last output: nothing to keep after it
-            follower_ok = following is not None and _is_follower(following, follower)
-            if follower_ok and following is not None and "id" not in following and follower.get("id"):
+            # A reasoning item that was its response's last output (follower None) has no following
+            # item to be sent with, and the API rejects it without one: left out like a lost follower.
+            if follower is None or following is None or not _is_follower(following, follower):
+                dropped.add(index)
+                why = "was its response's last output" if follower is None else "lost the item that followed it"
+                self.conversation.drop(
+                    unit,
+                    "follower_missing",
+                    f"reasoning item of {unit.entity_id} {why}: left out (the API rejects it without its following item)",
+                )
+                continue
+            if "id" not in following and follower.get("id"):
                 following["id"] = follower["id"]
                 following.setdefault("status", "completed")
                 if following.get("type") == "message" and isinstance(following.get("content"), list):
                     for part in following["content"]:
                         if part.get("type") == "output_text":
                             part.setdefault("annotations", [])
-            if not follower_ok:
-                dropped.add(index)
-                self.conversation.drop(
-                    unit,
-                    "follower_missing",
-                    f"reasoning item of {unit.entity_id} is no longer followed by the item that followed it: "
-                    "left out (the API rejects it without its following item)",
-                )
         return [item for i, item in enumerate(self.items) if i not in dropped]
 
 

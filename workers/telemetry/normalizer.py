@@ -113,7 +113,7 @@ class _Headers:
             grammar=Grammar(grammar) if grammar in v.GRAMMARS else None,
             model=text(HEADER_MODEL),
             thread_id=text(HEADER_THREAD_ID),
-            seq=int(seq) if seq is not None and seq.isdigit() else None,
+            seq=int(seq) if seq is not None and seq.isascii() and seq.isdigit() else None,  # int("²") raises
             control=text(HEADER_CONTROL) is not None,
             producer=_PROPAGATOR.extract(carrier, context=Context()) if carrier else Context(),
         )
@@ -433,8 +433,9 @@ def _outcome(step: Step, headers: _Headers | None) -> _Outcome:
             unknown[warning.code] = unknown.get(warning.code, 0) + 1
     if step.run is None:
         return _Outcome("dead_lettered", "envelope", events, unknown, usage)
-    if dead_lettered:
-        return _Outcome("rejected", "malformed_event", events, unknown, usage)
+    if dead_lettered:  # the core's code (issue 13): malformed_event, sequence_gap, run_ended, too_large …
+        cause = step.dead_letter.value if step.dead_letter is not None else "malformed_event"
+        return _Outcome("rejected", cause, events, unknown, usage)
     if step.skipped is not None:
         # The core's reasons are prose; the metric needs a fixed vocabulary.
         outcome = "skipped_duplicate" if step.skipped.startswith("duplicate") else "skipped_run_ended" if "ended" in step.skipped else "skipped"

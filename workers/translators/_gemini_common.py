@@ -69,6 +69,8 @@ class GeminiTranslator(Translator):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._unstarted_thoughts: dict[Hashable, str] = {}
+        self._signed_thoughts: set[Hashable] = set()
+        """Thoughts holding a signature whose message has not started (no text yet)."""
 
     # -- thoughts: one span, one reasoning message ----------------------------------
 
@@ -76,9 +78,11 @@ class GeminiTranslator(Translator):
         """Open the span of one thought; returns its reasoning message id.
 
         The message itself starts with the thought's first text (``reasoningKind:
-        summary``), or — when a signature or the end comes first — with no readable
-        text (``reasoningKind: none``, as the other translators label opaque-only
-        reasoning), because its provenance is only known then (P1).
+        summary``), or — when the thought ends with none — with no readable text
+        (``reasoningKind: none``, as the other translators label opaque-only
+        reasoning), because its provenance is only known then (P1). A signature that
+        arrives before the text does not decide it: it is held and names the message
+        when it is released, after the message ended.
         """
         self.run.open_span(("span", key), self.mint("span", unit))
         message_id = self.mint("reasoning", unit)
@@ -91,8 +95,20 @@ class GeminiTranslator(Translator):
             self.run.reasoning_content(key, text)
 
     def thought_signed(self, key: Hashable) -> None:
-        """A signature names the thought's message: the message must exist (R6)."""
-        self._start_thought_message(key, OPAQUE_KIND)
+        """A signature names the thought's message; the message starts with the text that
+        follows (P1) or, if the run ends abnormally first, then (R6: it must exist)."""
+        if key in self._unstarted_thoughts:
+            self._signed_thoughts.add(key)
+
+    def thought_message_id(self, key: Hashable) -> str:
+        """The id of the thought's reasoning message, started or not yet."""
+        return self._unstarted_thoughts.get(key) or self.run.agui_id(key)
+
+    def before_abnormal_end(self) -> None:
+        """A held signature's record names its message: start those that never got text (R6)."""
+        for key in list(self._signed_thoughts):
+            self._start_thought_message(key, OPAQUE_KIND)
+        super().before_abnormal_end()
 
     def close_thought(self, key: Hashable, signatures: Iterable[Hashable], **native_updates: Any) -> None:
         """End the message, release its held signatures inside its span, close the span (R1, R3)."""
@@ -104,6 +120,7 @@ class GeminiTranslator(Translator):
 
     def _start_thought_message(self, key: Hashable, kind: str) -> None:
         message_id = self._unstarted_thoughts.pop(key, None)
+        self._signed_thoughts.discard(key)
         if message_id is not None:
             self.run.start_reasoning(key, message_id, span=("span", key), metadata={"reasoningKind": kind})
 

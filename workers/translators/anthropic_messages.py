@@ -16,6 +16,8 @@ Block → AG-UI mapping:
   held and emitted when the block stops as ``REASONING_ENCRYPTED_VALUE``
   (subtype ``message``, entityId = the reasoning message), byte for byte (R3).
   A block with empty text and only a signature (``display: "omitted"``) is kept.
+  An empty ``signature_delta`` is no signature: the block is unsigned (warned,
+  no value announced, an incomplete record only; issue 14).
 * ``redacted_thinking`` — complete in ``content_block_start``, no deltas: a
   reasoning message with no content whose ``data`` is the encrypted value.
 * ``text`` — ``TEXT_MESSAGE_*``. ``tool_use`` — ``TOOL_CALL_*`` with the
@@ -28,13 +30,15 @@ on Claude 3.7 it is the raw reasoning; ``REASONING_MESSAGE_START.metadata``
 says which (``reasonwire.reasoningKind``).
 
 Usage: ``message_start.message.usage`` then cumulative ``message_delta.usage``;
-the latest value of each field wins — never summed (P6). Anthropic's
+the latest value of each field wins — never summed, and a null in the delta
+(optional in ``MessageDeltaUsage``) leaves the earlier value in place (P6). Anthropic's
 ``input_tokens`` excludes cache reads and writes, so normalized input adds them.
 ``output_tokens_details.thinking_tokens`` is optional; absent → reasoning unknown.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +49,7 @@ from contracts.grammars import Grammar
 from contracts.usage import TokenCounts
 from workers.core.artefacts import HeldArtefact
 from workers.core.errors import ProviderGrammarError, optional, require, token_count
+from workers.core.surrogates import whole
 from workers.core.translator import Translator
 
 _SKIPPED_BLOCKS = frozenset(
@@ -61,6 +66,10 @@ _SKIPPED_BLOCKS = frozenset(
         "container_upload",
     }
 )
+
+
+_TRUNCATING_STOPS = frozenset({"max_tokens", "model_context_window_exceeded"})
+"""Stop reasons that cut the message off: a block still open then was truncated (REFERENCE §2.2)."""
 
 
 @dataclass
@@ -92,6 +101,13 @@ class AnthropicMessagesTranslator(Translator):
             return (mid if isinstance(mid, str) else None, model if isinstance(model, str) else None)
         return None, None
 
+    def delivery_key(self, obj: dict[str, Any]) -> Hashable | None:
+        """A block stops once: the same ``content_block_stop`` again, byte for byte, is a duplicate
+        delivery. Deltas may legitimately repeat, and a second start is a grammar error (R7)."""
+        if obj.get("type") == "content_block_stop":
+            return ("content_block_stop", obj.get("index"))
+        return None
+
     # -- message lifecycle ---------------------------------------------------------
 
     def _on_message_start(self, obj: dict[str, Any]) -> None:
@@ -108,7 +124,8 @@ class AnthropicMessagesTranslator(Translator):
 
     def _on_message_stop(self, obj: dict[str, Any]) -> None:
         pending = self._tool_call_ids if self.stop_reason == "tool_use" else None
-        self.finish_run(stop_reason=self.stop_reason, pending_tool_call_ids=pending)
+        truncated = self.stop_reason in _TRUNCATING_STOPS
+        self.finish_run(stop_reason=self.stop_reason, pending_tool_call_ids=pending, truncated=truncated)
 
     def _on_ping(self, obj: dict[str, Any]) -> None:
         """Keep-alive; carries nothing (the SDK drops it by SSE event name)."""
@@ -147,7 +164,7 @@ class AnthropicMessagesTranslator(Translator):
     def _start_redacted(self, index: int, block: dict[str, Any]) -> None:
         data = require(block, "data", str, where="content_block_start.content_block(redacted_thinking)")
         entry = self._open_reasoning(index, "redacted_thinking", reasoning_kind="redacted")
-        self.artefacts.hold(
+        self.hold_artefact(
             index,
             HeldArtefact(
                 kind="anthropic.redacted_thinking.data",
@@ -156,6 +173,7 @@ class AnthropicMessagesTranslator(Translator):
                 value=data,
                 native=self._native(index, {"type": "redacted_thinking"}, "data"),
             ),
+            where=f"block {index}",
         )
 
     def _start_text(self, index: int, block: dict[str, Any]) -> None:
@@ -235,7 +253,7 @@ class AnthropicMessagesTranslator(Translator):
             self.run.reasoning_content(index, text)
 
     def _hold_signature(self, index: int, entry: _Block, signature: str) -> None:
-        self.artefacts.hold(
+        self.hold_artefact(
             index,
             HeldArtefact(
                 kind="anthropic.thinking.signature",
@@ -244,6 +262,7 @@ class AnthropicMessagesTranslator(Translator):
                 value=signature,
                 native=self._native(index, {"type": "thinking"}, "signature"),
             ),
+            where=f"block {index}",
         )
 
     def _stop_reasoning(self, index: int, entry: _Block) -> None:
@@ -252,8 +271,9 @@ class AnthropicMessagesTranslator(Translator):
             if self.artefacts.held(index) is None:
                 self.counters["unsigned_thinking"] += 1
                 self._warn("unsigned_thinking", f"thinking block {index} ended without a signature: not replayable")
+                self.artefacts.release(index)  # an empty signature's incomplete record, if one came
             else:
-                block = {"type": "thinking", "thinking": "".join(entry.thinking)}
+                block = {"type": "thinking", "thinking": whole("".join(entry.thinking))}
                 self.artefacts.release(index, block=block)
         else:
             self.artefacts.release(index)
@@ -272,10 +292,13 @@ class AnthropicMessagesTranslator(Translator):
     # -- usage (P6) ----------------------------------------------------------------
 
     def _merge_usage(self, usage: dict[str, Any] | None) -> None:
-        """Cumulative: each report replaces the fields it carries; nothing is summed."""
+        """Cumulative: each report replaces the fields it carries; nothing is summed.
+
+        ``MessageDeltaUsage`` types everything but ``output_tokens`` as optional: a null
+        field is not restated, so ``message_start``'s value stays (never erased)."""
         if not usage:
             return
-        self._usage_raw.update(usage)
+        self._usage_raw.update((k, v) for k, v in usage.items() if v is not None)
         raw = self._usage_raw
         details = raw.get("output_tokens_details")
         base_input = token_count(raw, "input_tokens", where="usage")

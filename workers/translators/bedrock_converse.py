@@ -30,6 +30,8 @@ Block → AG-UI mapping:
   message), byte for byte (R3). Its record rebuilds
   ``{"reasoningContent": {"reasoningText": {"text", "signature"}}}`` (P5).
   A block that stops without a signature is readable only; it has no artefact.
+  An empty signature is no signature: warned, never announced, kept only as an
+  incomplete record (issue 14).
 * redacted (``reasoningContent.redactedContent``) — a reasoning message with no
   content (``reasoningKind: redacted``); the value is the base64 text of the
   bytes exactly as it arrived, never decoded (R3), rebuilt as
@@ -80,6 +82,7 @@ from contracts.grammars import Grammar
 from contracts.usage import TokenCounts
 from workers.core.artefacts import HeldArtefact
 from workers.core.errors import ProviderGrammarError, optional, require
+from workers.core.surrogates import whole
 from workers.core.translator import Translator
 
 _SEVERAL_MEMBERS = "(several event members)"
@@ -316,11 +319,12 @@ class BedrockConverseTranslator(Translator):
 
     def _hold(self, index: int, entry: _Block, kind: str, value: str, native: NativeBlock) -> None:
         """Until contentBlockStop: the ledger emits it then, or keeps it incomplete if the block never stops."""
-        if self.artefacts.held(index) is not None:  # R4: a second value replaces the first, so say so
+        if value and self.artefacts.held(index) is not None:  # R4: a second value replaces the first, so say so
             self.counters["replaced_artefacts"] += 1
             self._warn("opaque_value_replaced", f"a second opaque value on block {index} replaced the first")
         entity_id = entry.agui_id or ""
-        self.artefacts.hold(index, HeldArtefact(kind, ArtefactSubtype.MESSAGE, entity_id, value, native))
+        held = HeldArtefact(kind, ArtefactSubtype.MESSAGE, entity_id, value, native)
+        self.hold_artefact(index, held, where=f"block {index}")
 
     def _stop_reasoning(self, index: int, entry: _Block) -> None:
         self.run.end_reasoning(index)
@@ -328,6 +332,7 @@ class BedrockConverseTranslator(Translator):
             self.artefacts.release(index)
         elif self.artefacts.held(index) is None:
             self.counters["unsigned_reasoning"] += 1  # normal for DeepSeek R1, gpt-oss: nothing opaque to keep
+            self.artefacts.release(index)  # an empty signature's incomplete record, if one came
         else:
             self.artefacts.release(index, block=_reasoning_text_block(entry))
         self.run.close_span(("span", index))
@@ -386,7 +391,7 @@ def _member_name(member: str, value: Any) -> str:
 
 def _reasoning_text_block(entry: _Block) -> dict[str, Any]:
     """The native reasoning block minus its signature, text as streamed so far."""
-    return {"reasoningContent": {"reasoningText": {"text": "".join(entry.reasoning)}}}
+    return {"reasoningContent": {"reasoningText": {"text": whole("".join(entry.reasoning))}}}
 
 
 def _token_counts(usage: dict[str, Any]) -> TokenCounts:

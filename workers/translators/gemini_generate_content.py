@@ -27,11 +27,16 @@ A ``thoughtSignature`` is opaque state of the part it rides (R3, REFERENCE
 §3.3): on a functionCall part it names the tool call (subtype ``tool-call``);
 on a thought or text part it names the message that part belongs to (subtype
 ``message``). It is held until its unit closes and then released: inside the
-thought's span, or — text and calls are not reasoning — inside a span of its
-own, so opaque-only reasoning still shows as a reasoning span (REFERENCE §6.3).
+thought's span, or — text and calls are not reasoning — on its own after the
+unit ends, in no span: the event "opens nothing, closes nothing" (draft
+chapter), and an empty span would render as an empty thinking block.
+An empty ``thoughtSignature`` is no signature (issue 14): warned, never
+announced, kept only as an incomplete record of its part.
 The trailing ``{text: "", thoughtSignature}`` part is a text part: it belongs to
 the open text message, or, when none is open, opens a text message with no
-content — the part exists and goes back in its place. A text or thought part
+content — the part exists and goes back in its place. A part whose data field
+is unknown is skipped, its signature reported lost, even when it has no other
+field. A text or thought part
 with neither content nor signature carries nothing and changes no unit.
 
 Parallel calls: only the first call of a group is signed. A signed call's
@@ -192,7 +197,10 @@ class GeminiGenerateContentTranslator(GeminiTranslator):
             entity_id, subtype = self._call(unit, part, position), ArtefactSubtype.TOOL_CALL
         else:
             text = optional(part, "text", str, where=where) or ""
-            if not text and signature is None:
+            if not text and not signature:  # an empty signature is no signature (issue 14)
+                if signature == "":
+                    self.counters["empty_signatures"] += 1
+                    self._warn("empty_signature", f"empty thoughtSignature on part {position}: carries nothing")
                 return
             unit = self._unit_for(kind)
             if kind is PartKind.THOUGHT:
@@ -230,8 +238,6 @@ class GeminiGenerateContentTranslator(GeminiTranslator):
         entity_id: str,
         subtype: ArtefactSubtype,
     ) -> None:
-        if unit.kind is PartKind.THOUGHT:
-            self.thought_signed(unit.key)
         key = ("part", position)
         native = NativeBlock(
             response_id=self.response_id,
@@ -239,9 +245,9 @@ class GeminiGenerateContentTranslator(GeminiTranslator):
             block={name: value for name, value in part.items() if name != "thoughtSignature"},
             value_path=["thoughtSignature"],
         )
-        self.artefacts.hold(
-            key, HeldArtefact(kind=SIGNATURE_KIND, subtype=subtype, entity_id=entity_id, value=signature, native=native)
-        )
+        held = HeldArtefact(kind=SIGNATURE_KIND, subtype=subtype, entity_id=entity_id, value=signature, native=native)
+        if self.hold_artefact(key, held, where=f"part {position}") and unit.kind is PartKind.THOUGHT:
+            self.thought_signed(unit.key)
         unit.signatures.append(key)
 
     def _skip_part(self, part: dict[str, Any], position: int, signature: str | None) -> None:
@@ -250,7 +256,7 @@ class GeminiGenerateContentTranslator(GeminiTranslator):
         fields = sorted(name for name in part if name != "thoughtSignature")
         self.counters[f"{label}_parts"] += 1
         self._warn(f"{label}_part", f"{label} part at part {position} (fields {fields}) skipped")
-        if signature is not None:  # R4: nothing to carry it on; say so, never show it (P8)
+        if signature:  # R4: nothing to carry it on; say so, never show it (P8)
             self.counters["lost_signatures"] += 1
             self._warn("signature_lost", f"thoughtSignature of skipped part {position} not carried (R4)")
 
@@ -280,18 +286,17 @@ class GeminiGenerateContentTranslator(GeminiTranslator):
             return
         if unit.kind is PartKind.TEXT:
             self.run.end_text(unit.key)
-        self._release_in_own_span(unit)
+        self._release_standalone(unit)
 
-    def _release_in_own_span(self, unit: _Unit) -> None:
-        """Signatures on answer text or calls: a reasoning span of their own (REFERENCE §6.3)."""
-        if not unit.signatures:
-            return
-        span = ("span", unit.key)
-        self.run.open_span(span, self.mint("span", unit.ordinal))
+    def _release_standalone(self, unit: _Unit) -> None:
+        """Signatures on answer text or calls, after their unit ended: on their own, in no span.
+
+        ``REASONING_ENCRYPTED_VALUE`` "opens nothing, closes nothing" (draft chapter), and no
+        thinking of the turn is open here (units close in order); an empty reasoning span
+        around it would render as an empty thinking block (issue 14 item 7)."""
         updates = {"extra": {"callGroup": list(unit.calls)}} if unit.kind is PartKind.CALL else {}
         for key in unit.signatures:
             self.artefacts.release(key, **updates)
-        self.run.close_span(span)
 
     HANDLERS = {
         "chunk": _on_chunk,
@@ -299,14 +304,18 @@ class GeminiGenerateContentTranslator(GeminiTranslator):
     }
 
 
+_PART_METADATA = frozenset({"thoughtSignature", "thought", "partMetadata"})
+"""``Part`` fields that describe a part rather than being its data."""
+
+
 def _part_kind(part: dict[str, Any]) -> PartKind | None:
-    """What a part is; None for a part reasonwire does not translate."""
-    if part.get("thought") is True:
-        return PartKind.THOUGHT
+    """What a part is; None for a part reasonwire does not translate.
+
+    A part with no data field at all (only a signature) is an empty text part whose
+    ``""`` was omitted; a part whose data field is one we do not know is unknown,
+    signature or not (issue 14 item 4): never read as an empty text part."""
     if "functionCall" in part:
         return PartKind.CALL
-    if "text" in part:
-        return PartKind.TEXT
-    if _UNSUPPORTED_PARTS.isdisjoint(part) and "thoughtSignature" in part:
-        return PartKind.TEXT  # a signature-only part: an empty text part whose "" was omitted
+    if "text" in part or _PART_METADATA.issuperset(part):
+        return PartKind.THOUGHT if part.get("thought") is True else PartKind.TEXT
     return None

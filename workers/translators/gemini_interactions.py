@@ -55,6 +55,7 @@ from contracts.artefacts import ArtefactSubtype, NativeBlock
 from contracts.grammars import Grammar
 from workers.core.artefacts import HeldArtefact
 from workers.core.errors import ProviderGrammarError, optional, require
+from workers.core.surrogates import whole
 from workers.translators._gemini_common import GeminiTranslator, UsageFields, arguments_json
 
 SIGNATURE_KIND = "gemini.interactions.thought.signature"
@@ -261,29 +262,27 @@ class GeminiInteractionsTranslator(GeminiTranslator):
         self.thought_text(index, text)
 
     def _hold_signature(self, index: int, signature: str) -> None:
-        self.thought_signed(index)
         native = NativeBlock(
             response_id=self.response_id, position=index, block={"type": "thought"}, value_path=["signature"]
         )
         held = HeldArtefact(
             kind=SIGNATURE_KIND,
             subtype=ArtefactSubtype.MESSAGE,
-            entity_id=self.run.agui_id(index),
+            entity_id=self.thought_message_id(index),
             value=signature,
             native=native,
         )
-        self.artefacts.hold(index, held)
+        if self.hold_artefact(index, held, where=f"thought step {index}"):
+            self.thought_signed(index)
 
     def _close_thought_step(self, index: int, entry: _Step) -> None:
         block: dict[str, Any] = {"type": "thought"}
         if entry.summary:
-            block["summary"] = [{"type": "text", "text": "".join(entry.summary)}]
+            block["summary"] = [{"type": "text", "text": whole("".join(entry.summary))}]
         if self.artefacts.held(index) is None:
             self.counters["unsigned_thoughts"] += 1
             self._warn("unsigned_thought", f"thought step {index} ended without a signature: not replayable")
-            self.close_thought(index, [])
-        else:
-            self.close_thought(index, [index], block=block)
+        self.close_thought(index, [index], block=block)  # an empty signature leaves an incomplete record
 
     def _skip_content(self, index: int, content: Any) -> None:
         kind = content.get("type") if isinstance(content, dict) else None

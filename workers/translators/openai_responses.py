@@ -63,12 +63,20 @@ added on top. The provider object is kept as ``provider_raw``.
 
 The stop reason is the provider's own word: ``status`` (``completed``) or
 ``incomplete_details.reason`` (``max_output_tokens``, …). A completed response
-that contains function calls lists their call ids as pending on ``RUN_FINISHED``.
+that contains function calls lists their call ids as pending on ``RUN_FINISHED``,
+in the order the calls were made (their ``TOOL_CALL_START`` order), whatever
+order their ``.done`` events came in. ``response.incomplete`` cut what it closes:
+units still open then end with the ``incomplete`` marker. ``response.failed`` or
+``error`` after a reasoning item's ``output_item.done`` keeps that whole item's
+value complete (no following item; replay leaves it out). A byte-identical repeat
+of the previous event (same ``sequence_number``) is a duplicate delivery, dropped
+with a warning.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -181,22 +189,31 @@ class _Part:
 
     Not the text itself: its length and a running digest, so a part's state stays
     the same size however long it streams. A restatement agrees with the deltas
-    when its first ``length`` characters hash the same; what follows is the gap.
+    when its first ``length`` code units hash the same; what follows is the gap.
+    Counted in UTF-16 code units: a character the deltas cut between its surrogate
+    halves (``"\\ud83d"`` then ``"\\ude00"``) is the same two units as the whole
+    character in the ``.done`` text.
     """
 
     length: int = 0
     digest: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
 
     def add(self, text: str) -> None:
-        self.digest.update(text.encode("utf-8", "surrogatepass"))
-        self.length += len(text)
+        units = text.encode("utf-16-le", "surrogatepass")
+        self.digest.update(units)
+        self.length += len(units) // 2
 
     def streamed_prefix_of(self, full: str) -> bool:
         """Whether ``full`` starts with exactly what the deltas streamed."""
-        if len(full) < self.length:
+        units = full.encode("utf-16-le", "surrogatepass")
+        if len(units) < 2 * self.length:
             return False
-        head = hashlib.blake2b(full[: self.length].encode("utf-8", "surrogatepass"), digest_size=16)
+        head = hashlib.blake2b(units[: 2 * self.length], digest_size=16)
         return head.digest() == self.digest.digest()
+
+    def rest_of(self, full: str) -> str:
+        """What ``full`` holds beyond what the deltas streamed (a surrogate half, if they cut one)."""
+        return full.encode("utf-16-le", "surrogatepass")[2 * self.length :].decode("utf-16-le", "surrogatepass")
 
 
 @dataclass
@@ -236,6 +253,8 @@ class OpenAIResponsesTranslator(Translator):
         """The last finished reasoning item whose following item is not known yet (§1.7)."""
         self._call_ids: list[str] = []
         self._warned_types: set[str] = set()
+        self._truncating = False
+        """``response.incomplete`` is closing the run: what it closes was cut off, marked incomplete."""
 
     def stream_identity(self, obj: dict[str, Any]) -> tuple[str | None, str | None]:
         response = obj.get("response") if obj.get("type") in _RESPONSE_STARTS else None
@@ -243,6 +262,12 @@ class OpenAIResponsesTranslator(Translator):
             rid, model = response.get("id"), response.get("model")
             return (rid if isinstance(rid, str) else None, model if isinstance(model, str) else None)
         return None, None
+
+    def delivery_key(self, obj: dict[str, Any]) -> Hashable | None:
+        """Every event carries a strictly increasing ``sequence_number`` (§1.1): the same number
+        with the same bytes is the same event delivered twice."""
+        seq = obj.get("sequence_number")
+        return seq if type(seq) is int else None
 
     # -- response lifecycle --------------------------------------------------------
 
@@ -259,16 +284,19 @@ class OpenAIResponsesTranslator(Translator):
         self.finish_run(stop_reason=status or "completed", pending_tool_call_ids=list(self._call_ids) or None)
 
     def _on_incomplete(self, obj: dict[str, Any]) -> None:
+        self._truncating = True  # the units this terminal event closes were cut off (§1.5)
         response = self._terminal_response(obj)
         where = "response.incomplete.response"
         details = optional(response, "incomplete_details", dict, where=where)
         reason = optional(details, "reason", str, where=f"{where}.incomplete_details")
-        self.finish_run(stop_reason=reason or optional(response, "status", str, where=where) or "incomplete")
+        stop_reason = reason or optional(response, "status", str, where=where) or "incomplete"
+        self.finish_run(stop_reason=stop_reason, truncated=True)
 
     def _on_failed(self, obj: dict[str, Any]) -> None:
         where = "response.failed.response"
         response = require(obj, "response", dict, where="response.failed")
         self._take_usage(response, where=where)
+        self._keep_finished_reasoning()
         error = optional(response, "error", dict, where=where) or {}
         code = optional(error, "code", str, where=f"{where}.error")
         message = optional(error, "message", str, where=f"{where}.error") or "response failed"
@@ -285,6 +313,7 @@ class OpenAIResponsesTranslator(Translator):
         else:
             code = optional(obj, "code", str, where="error")
             message = optional(obj, "message", str, where="error")
+        self._keep_finished_reasoning()
         self.provider_error(f"openai {code or 'error'}: {message or 'provider error'}", provider_code=code)
 
     def _terminal_response(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -302,6 +331,13 @@ class OpenAIResponsesTranslator(Translator):
             after = output[waiting.index + 1] if waiting.index + 1 < len(output) else None
             self._settle_follower(_identity(after) if isinstance(after, dict) else None)
         return response
+
+    def _keep_finished_reasoning(self) -> None:
+        """The provider failed the response after a reasoning item finished: that item was whole
+        (``output_item.done`` carried its value), so its value is released and its record complete,
+        with no following item; replay decides (it leaves out an item without a follower, §1.7)."""
+        if self._awaiting_follower is not None:
+            self._settle_follower(None)
 
     # -- output items ----------------------------------------------------------------
 
@@ -323,6 +359,7 @@ class OpenAIResponsesTranslator(Translator):
         elif entry.kind == "function_call":
             key = (index, Channel.ARGUMENTS.value)
             self.run.start_tool_call(key, entry.call_id or "", entry.name or "", metadata={"itemId": entry.item_id})
+            self._call_ids.append(entry.call_id or "")  # in the order the calls were made, as TOOL_CALL_START
             entry.units[Channel.ARGUMENTS] = key
             self._stream(entry, Channel.ARGUMENTS, 0, item.get("arguments") or "")
         elif entry.kind == "skipped":
@@ -354,16 +391,16 @@ class OpenAIResponsesTranslator(Translator):
         elif entry.kind == "function_call":
             arguments = require(item, "arguments", str, where=where)
             self._settle(entry, Channel.ARGUMENTS, 0, arguments, where)
-            self._call_ids.append(entry.call_id or "")
+        cut = self._truncating
         for channel, key in entry.units.items():
             if not self.run.is_open(key):
                 continue
             if channel in _REASONING_CHANNELS:
-                self.run.end_reasoning(key)
+                self.run.end_reasoning(key, incomplete=cut)
             elif channel is Channel.ARGUMENTS:
-                self.run.end_tool_call(key)
+                self.run.end_tool_call(key, incomplete=cut)
             else:
-                self.run.end_text(key)
+                self.run.end_text(key, incomplete=cut)
         entry.done = True
 
     def _finish_reasoning(self, entry: _Item, item: dict[str, Any], where: str) -> None:
@@ -377,10 +414,13 @@ class OpenAIResponsesTranslator(Translator):
             self.counters["incomplete_reasoning_items"] += 1
         # The follower of an earlier reasoning item is this one, if items ever overlapped.
         self._settle_follower(_identity(item))
-        if value:
+        if value == "" and entry.carrier is None:  # empty = no state, and no message to name (issue 14)
+            self.counters["empty_signatures"] += 1
+            self._warn("empty_signature", f"empty encrypted_content on output item {entry.index}: nothing to keep")
+        elif value is not None:  # an empty one on a message is kept unsigned by the ledger, never announced
             carrier = entry.carrier or self._open_carrier(entry)
             block = {k: v for k, v in item.items() if k != "encrypted_content"}
-            self.artefacts.hold(
+            self.hold_artefact(
                 ("span", entry.index),
                 HeldArtefact(
                     kind=ENCRYPTED_CONTENT_KIND,
@@ -395,6 +435,7 @@ class OpenAIResponsesTranslator(Translator):
                         value_path=["encrypted_content"],
                     ),
                 ),
+                where=f"output item {entry.index}",
             )
         self._awaiting_follower = entry
 
@@ -508,15 +549,19 @@ class OpenAIResponsesTranslator(Translator):
     def _settle(self, entry: _Item, channel: Channel, index: int, full: str, where: str) -> None:
         """A ``.done`` restates a part: emit only what its deltas missed, never twice (P2)."""
         part = entry.parts.get((channel, index))
-        streamed = part.length if part is not None else 0
-        if part is not None and not part.streamed_prefix_of(full):
+        if part is None:
+            if full:
+                self._stream(entry, channel, index, full)
+            return
+        if not part.streamed_prefix_of(full):
             # No content in the reason (P8): sizes only.
             raise ProviderGrammarError(
                 f"{where}: {channel.value} part {index} of output item {entry.index} restates "
-                f"{len(full)} characters that disagree with the {streamed} its deltas streamed"
+                f"{len(full)} characters that disagree with the {part.length} its deltas streamed"
             )
-        if len(full) > streamed:
-            self._stream(entry, channel, index, full[streamed:])
+        rest = part.rest_of(full)
+        if rest:
+            self._stream(entry, channel, index, rest)
 
     # -- units -----------------------------------------------------------------------
 

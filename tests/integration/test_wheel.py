@@ -1,0 +1,84 @@
+"""The distribution a release would publish: `python -m build` makes a wheel that carries the
+licence and the typing markers, and installed into a clean venv, `reasonwire translate` runs.
+
+Both the isolated build env and the clean venv install from a wheelhouse kept in
+``~/.cache/reasonwire/wheelhouse`` (``RW_CACHE``) with ``--no-index``; only when it lacks
+something (the first run, a new dependency) is it filled from PyPI with ``pip download``,
+so later runs need no network and stay well under a minute. Everything else happens in a
+temporary folder: the build runs on a copy of the tree, so the repository gets no build/
+or egg-info.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "tests" / "fixtures" / "anthropic-messages" / "c_interleaved_thinking_tool_calls.jsonl"
+WHEELHOUSE = Path(os.environ.get("RW_CACHE", Path.home() / ".cache" / "reasonwire")) / "wheelhouse"
+NOT_SHIPPED = shutil.ignore_patterns(".git", ".venv", "out", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "bench")
+
+
+def run(*cmd: str | Path, cwd: Path, timeout: float = 600, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    out = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout, env={**base, **(env or {})})
+    assert out.returncode == 0 or not check, f"{cmd}: {out.stderr[-3000:]}"
+    return out
+
+
+def offline_first(step: list[str | Path], fill: list[str | Path], cwd: Path) -> None:
+    """Run ``step`` against the wheelhouse only; if that fails, ``pip download`` ``fill`` into it and retry."""
+    offline = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(WHEELHOUSE)}
+    if run(*step, cwd=cwd, env=offline, check=False).returncode == 0:
+        return
+    WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+    run(sys.executable, "-m", "pip", "download", "--quiet", "--dest", WHEELHOUSE, *fill, cwd=cwd)
+    run(*step, cwd=cwd, env=offline)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    work = tmp_path_factory.mktemp("wheel")
+    tree = work / "src"
+    shutil.copytree(ROOT, tree, ignore=NOT_SHIPPED)
+    backend = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    offline_first([sys.executable, "-m", "build", "--wheel", "--outdir", work / "dist", tree], ["wheel", *backend], cwd=work)
+    [built] = (work / "dist").glob("reasonwire-*.whl")
+    yield built
+
+
+def test_wheel_carries_licence_typing_markers_and_metadata(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as whl:
+        names = set(whl.namelist())
+        [metadata] = [n for n in names if n.endswith(".dist-info/METADATA")]
+        meta = whl.read(metadata).decode()
+        [licence] = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert "Apache License" in whl.read(licence).decode()
+    assert {"workers/py.typed", "contracts/py.typed"} <= names
+    assert not any(n.startswith("tests/") for n in names)
+    assert "License-Expression: Apache-2.0" in meta.splitlines()
+    assert "Requires-Dist: ag-ui-protocol<1.1,>=1.0.0" in meta.splitlines()
+
+
+def test_installed_wheel_translates_a_sample_in_a_clean_venv(wheel: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
+    offline_first([venv / "bin" / "python", "-m", "pip", "install", "--quiet", wheel], [wheel], cwd=tmp_path)
+    sample = tmp_path / SAMPLE.name  # outside the repository: only the installed package is there
+    shutil.copy(SAMPLE, sample)
+    out = run(venv / "bin" / "reasonwire", "translate", "--provider", "anthropic-messages", sample, cwd=tmp_path, timeout=120)
+    kinds = [json.loads(line)["type"] for line in out.stdout.splitlines()]
+    assert kinds[0] == "RUN_STARTED" and kinds[-1] == "RUN_FINISHED"
+    assert "REASONING_ENCRYPTED_VALUE" in kinds
+    where = run(venv / "bin" / "python", "-c", "import workers; print(workers.__file__)", cwd=tmp_path).stdout
+    assert where.startswith(str(venv))

@@ -1,0 +1,514 @@
+"""Seeded deterministic simulation of the normalizer's delivery protocol under faults (issue 13).
+
+What is simulated: the real sans-I/O core (:class:`workers.core.normalizer.Normalizer`, every
+accept / restore / dead-letter decision) driven by a model of the worker's protocol
+(``workers/normalize.py``) against an in-memory broker and store: pipelined polls (up to
+``MAX_IN_FLIGHT``), each poll's Redis transaction in poll order, the outputs of open runs sent
+while stepping and those of ended runs after the transaction, ended markers after every
+output is acknowledged, commits in poll order. Faults are injected at every step — a send
+that fails after publishing part of its records, a Redis transaction that fails before or
+after it wrote, a commit that fails before or after it landed — each followed by the
+adapter's rewind (seek every partition in flight to its first uncommitted record, drop its
+runs); and a crash (memory lost, restart from the committed offsets) can happen between any
+two actions. Partitions also move to another worker and back (a rebalance: the revoked worker
+settles what is in flight and drops its runs, as its listener does).
+
+The input is hostile: runs from the sample streams with records lost, swapped, duplicated
+(identical and conflicting), carrying a bad header, non-JSON, too large for a topic (with
+small limits), raising inside the translator, followed by late records; end records for runs
+never seen.
+
+Checked for every seed, against a reference (the same core fed the same log once, no faults):
+
+* no two different events share (run, ``rw-event-seq``) — trusted and public streams;
+* nothing is lost: every output of the reference (events, usage, dead letters byte for byte)
+  is published, and nothing else is;
+* a run with a missing record never ends ``RUN_FINISHED``;
+* no partition is wedged: once faults stop, every partition is committed to its end within
+  a bounded number of actions (commits never pass an unprocessed record: a crash restarts at
+  the committed offset and must still publish everything).
+
+With inactivity timeouts (a clock decision, so no reference to compare with), a separate test
+checks that no two different events share a number and nothing follows a run's terminal event.
+
+Not simulated: the asyncio adapter code itself (this is a model of its ordering, checked by
+the integration tests on a live broker), store loss (issue 13's epoch marker), and a revoked worker that keeps its runs (no listener
+call): aiokafka calls the listener before every rejoin; the journal check in
+``Normalizer.restore`` catches a stale run on a gap or a duplicate, not on a record that
+happens to carry the stale run's next ``rw-seq``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+from collections import defaultdict, deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from contracts import topics
+from contracts.envelope import Control
+from contracts.grammars import Grammar
+from contracts.usage import NO_TOKENS, UsageRecord
+from workers.core import events as ev
+from workers.core import normalizer as core
+from workers.core.translator import Rejection, RunEnd, Translation
+from workers.core.delivery import OutputLimits
+from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, Outbound, RawRecord, RunKey, Step
+from workers.ingress import RunEnvelope, raw_records
+from workers.sse import ProviderEvent, read_events
+
+SEEDS = int(os.environ.get("RW_SIM_SEEDS", "500"))
+"""~4 s of CPU per ``make test``; ``RW_SIM_SEEDS=20000`` for a longer campaign."""
+REAL_SEEDS = max(1, SEEDS // 40)
+MAX_IN_FLIGHT = 3
+BOOM = b"__boom__"
+FIXTURES = sorted(
+    p for p in (Path(__file__).resolve().parents[1] / "fixtures").glob("*/*.jsonl") if 3 <= sum(1 for _ in p.open()) <= 12
+)
+_STREAMS: dict[Path, list[Any]] = {}
+
+
+def _fixture_records(path: Path, run: RunEnvelope) -> list[Any]:
+    if path not in _STREAMS:
+        with path.open() as f:
+            _STREAMS[path] = list(read_events(f))
+    return list(raw_records(run, _STREAMS[path]))
+
+
+class StubTranslator:
+    """A translator cheap enough for thousands of seeds: one event per record, derived from its
+    bytes (so a different record gives a different event), ``{"stop":…}`` finishes the run, a
+    value that is not a JSON object is rejected (R7). The delivery protocol sees what a real
+    translator gives it: numbered events, a terminal event, a rejection, a usage record."""
+
+    def __init__(self, *, run_id: str, thread_id: str, **_: Any) -> None:
+        self.run_id, self.thread_id = run_id, thread_id
+        self.line = 0
+        self.end: Any = None
+        self.ended = False
+        self._started = False
+
+    def feed(self, raw: bytes, *, sse_event: str | None = None, at_ms: float | None = None) -> Translation:
+        self.line += 1
+        if BOOM in raw:
+            raise ValueError("a translator bug")
+        if self.ended:
+            return Translation()
+        out = self._start()
+        if not raw.startswith(b"{"):
+            self.ended, self.end = True, RunEnd.ERROR
+            out.append(ev.run_error(f"malformed event at line {self.line}", "malformed_event", usage=None, metadata=None))
+            return Translation(out, rejection=Rejection(self.line, f"malformed event at line {self.line}: not JSON"))
+        if raw.startswith(b'{"stop"'):
+            self.ended, self.end = True, RunEnd.FINISHED
+            return Translation([*out, ev.run_finished(self.thread_id, self.run_id, pending_tool_call_ids=None, usage=None, metadata=None)])
+        return Translation([*out, ev.text_message_content(f"{self.run_id}:text", raw.decode("utf-8", "replace"))])
+
+    def finish(self) -> Translation:
+        return self.abort("stream ended before the provider's terminal event")
+
+    def abort(self, reason: str = "dropped", *, code: Any = "interrupted") -> Translation:
+        if self.ended:
+            return Translation()
+        self.ended, self.end = True, RunEnd.INTERRUPTED
+        return Translation([*self._start(), ev.run_error(reason, str(code), usage=None, metadata=None)])
+
+    def usage_record(self, *, tenant: str | None = None) -> UsageRecord:
+        return UsageRecord(run_id=self.run_id, thread_id=self.thread_id, tenant=tenant, grammar=Grammar.OPENAI_RESPONSES, tokens=NO_TOKENS, end=(self.end or RunEnd.INTERRUPTED).value)
+
+    def _start(self) -> list[dict[str, Any]]:
+        if self._started:
+            return []
+        self._started = True
+        return [ev.run_started(self.thread_id, self.run_id, None), ev.text_message_start(f"{self.run_id}:text", None)]
+
+
+def _stub_records(rng: random.Random, run: RunEnvelope) -> list[Any]:
+    data = [b'{"d":"%d-%d"}' % (i, rng.randrange(1000)) for i in range(rng.randint(2, 8))] + [b'{"stop":1}']
+    return list(raw_records(run, [ProviderEvent(i + 1, value) for i, value in enumerate(data)]))
+
+
+# -- the hostile input ------------------------------------------------------------------
+
+
+@dataclass
+class Scenario:
+    logs: dict[int, list[RawRecord]]
+    gapped: set[str] = field(default_factory=set)
+    """Runs missing a record before their provider's last event: they must never finish."""
+    limits: OutputLimits = field(default_factory=OutputLimits)
+
+
+def _scenario(rng: random.Random, *, stub: bool = True) -> Scenario:
+    partitions = rng.randint(1, 3)
+    per_partition: dict[int, list[list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]]]] = defaultdict(list)
+    gapped: set[str] = set()
+    for i in range(rng.randint(2, 5)):
+        path = rng.choice(FIXTURES)
+        run = RunEnvelope(path.parent.name, f"run{i}", f"thread{i}", tenant="acme")
+        made = _stub_records(rng, run) if stub else _fixture_records(path, run)
+        records = [(r.key, r.value, list(r.headers)) for r in made]
+        data = len(records) - 1  # the last one is the ingress's end record
+        mutation = rng.choice(["none", "none", "drop", "bad_header", "swap", "dup", "conflict", "late", "nonjson", "boom", "big"])
+        at = rng.randrange(0, max(1, data - 1))
+        if mutation == "drop" and data >= 2:
+            del records[at]
+            gapped.add(run.run_id)
+        elif mutation == "bad_header" and data >= 2:
+            key, value, headers = records[at]
+            records[at] = (key, value, [h for h in headers if h[0] != "rw-seq"])
+            gapped.add(run.run_id)
+        elif mutation == "swap" and data >= 3:
+            records[at], records[at + 1] = records[at + 1], records[at]
+            gapped.add(run.run_id)
+        elif mutation == "dup":
+            records.insert(rng.randint(at + 1, len(records)), records[at])
+        elif mutation == "conflict":
+            key, value, headers = records[at]
+            records.insert(rng.randint(at + 1, len(records)), (key, (value or b"") + b" ", headers))
+        elif mutation == "late":
+            key, _, _ = records[-1]
+            records.append((key, b'{"type":"late"}', list(run.headers(len(records)))))
+        elif mutation == "nonjson":
+            key, _, headers = records[at]
+            records[at] = (key, b"\xff" * rng.choice([10, 5000]), headers)
+        elif mutation == "boom":
+            key, value, headers = records[at]
+            records[at] = (key, (value or b"") + BOOM, headers)
+        elif mutation == "big":
+            key, value, headers = records[at]
+            records[at] = (key, (value or b"")[:-1] + b',"pad":"' + b"p" * 4000 + b'"}', headers)
+        per_partition[rng.randrange(partitions)].append(records)
+    if rng.random() < 0.5:  # an end record for a run never seen
+        ghost = RunEnvelope("openai-responses", "ghost", "ghost-thread", tenant="acme")
+        per_partition[rng.randrange(partitions)].append([(b"ghost", None, list(ghost.headers(rng.choice([0, 3]), control=Control.END)))])
+    logs: dict[int, list[RawRecord]] = {}
+    for p in range(partitions):
+        queues = [deque(rs) for rs in per_partition.get(p, [])]
+        log: list[RawRecord] = []
+        while any(queues):  # each run's records in order, runs interleaved at random
+            q = rng.choice([q for q in queues if q])
+            key, value, headers = q.popleft()
+            log.append(RawRecord(key, value, tuple(headers), p, len(log)))
+        logs[p] = log
+    small = rng.choice([None, 600, 3000])
+    limits = OutputLimits(per_topic={t: small for t in (topics.EVENTS, topics.EVENTS_PUBLIC, topics.DLQ)}) if small else OutputLimits()
+    return Scenario(logs, gapped, limits)
+
+
+# -- the services ------------------------------------------------------------------------
+
+
+class Store:
+    """Redis as the worker uses it: journals and ended markers."""
+
+    def __init__(self) -> None:
+        self.journals: dict[RunKey, dict[int, JournalEntry]] = {}
+        self.ended: dict[RunKey, bytes] = {}
+
+    def apply(self, steps: list[Step]) -> None:
+        for s in steps:
+            if s.run is not None and s.journal_append is not None:
+                self.journals.setdefault(s.run, {})[s.journal_append.seq] = s.journal_append
+
+    def close(self, steps: list[Step]) -> None:
+        for s in steps:
+            if s.run is not None and s.run_ended:
+                self.journals.pop(s.run, None)
+                self.ended[s.run] = f"{s.ended_at[0]}:{s.ended_at[1]}".encode() if s.ended_at else b"1"
+
+    def load(self, run: RunKey) -> tuple[list[JournalEntry], bytes | bool]:
+        return list(self.journals.get(run, {}).values()), self.ended.get(run, False)
+
+
+class Fault(Exception):
+    pass
+
+
+@dataclass(eq=False)
+class Flight:
+    steps: list[Step]
+    offsets: dict[int, tuple[int, int]]
+    stage: int = 0
+    """0 stepped (open runs' outputs sent), 1 transaction done (ended runs' outputs sent), 2 ended markers written."""
+
+
+class Worker:
+    """The protocol of ``NormalizerWorker`` (one process), over the in-memory services."""
+
+    def __init__(self, world: World, normalizer: Normalizer) -> None:
+        self.world = world
+        self.n = normalizer
+        self.position = dict(world.committed)
+        self.flights: deque[Flight] = deque()
+
+    def _step(self, record: RawRecord) -> Step:
+        routed = self.n.route(record)
+        if isinstance(routed, DeadLetter):
+            return self.n.reject(routed)
+        if self.n.needs_restore(routed):
+            journal, ended = self.world.store.load(routed.run)
+            self.n.restore(routed, journal, ended=ended)
+        return self.n.accept(routed, now=0.0)
+
+    def poll(self, rng: random.Random, faulty: bool) -> None:
+        for p, log in self.world.logs.items():  # ``_note_replay``: the log end when a partition is first fetched
+            if not self.n.knows(p):
+                self.n.replay_until(p, len(log))
+        records = []
+        for p, log in self.world.logs.items():
+            take = rng.randint(1, 4)
+            records += log[self.position[p] : self.position[p] + take]
+            self.position[p] = min(len(log), self.position[p] + take)
+        if not records:
+            return
+        offsets: dict[int, tuple[int, int]] = {}
+        for r in records:
+            first, end = offsets.get(r.partition, (r.offset, r.offset + 1))
+            offsets[r.partition] = (min(first, r.offset), max(end, r.offset + 1))
+        steps = [self._step(r) for r in records]
+        flight = Flight(steps, offsets)
+        self.flights.append(flight)
+        self.world.send([o for s in steps if not s.run_ended for o in s.outbound], rng, faulty)
+
+    def advance(self, rng: random.Random, faulty: bool) -> None:
+        """The oldest flight that can move on does: transaction (+ ended outputs), markers, commit."""
+        for i, flight in enumerate(self.flights):
+            before = self.flights[i - 1].stage if i else 2
+            if flight.stage == 0 and before >= 1:
+                self.world.redis(lambda f=flight: self.world.store.apply(f.steps), rng, faulty)
+                flight.stage = 1
+                self.world.send([o for s in flight.steps if s.run_ended for o in s.outbound], rng, faulty)
+                return
+            if flight.stage == 1 and before >= 2:
+                self.world.redis(lambda f=flight: self.world.store.close(f.steps), rng, faulty)
+                flight.stage = 2
+                return
+        ready = []
+        for flight in self.flights:
+            if flight.stage < 2:
+                break
+            ready.append(flight)
+        if ready:
+            offsets = {p: end for f in ready for p, (_, end) in f.offsets.items()}
+
+            def commit() -> None:
+                self.world.committed.update(offsets)
+
+            self.world.redis(commit, rng, faulty)  # the commit fails like a write: before or after it lands
+            for flight in ready:
+                self.flights.remove(flight)
+
+    def rewind(self) -> None:
+        """``NormalizerWorker._rewind``: every partition in flight back to its first uncommitted record."""
+        first: dict[int, int] = {}
+        for flight in self.flights:
+            for p, (start, _) in flight.offsets.items():
+                first[p] = min(start, first.get(p, start))
+        self.flights.clear()
+        self.n.forget_partitions(first)
+        for p in first:
+            self.position[p] = self.world.committed[p]
+
+    def settle(self, rng: random.Random) -> None:
+        while self.flights:
+            self.advance(rng, faulty=False)
+
+
+class World:
+    def __init__(self, logs: dict[int, list[RawRecord]]) -> None:
+        self.logs = logs
+        self.committed = {p: 0 for p in logs}
+        self.store = Store()
+        self.published: list[Outbound] = []
+        self.fault_rate = 0.0
+
+    def send(self, outputs: list[Outbound], rng: random.Random, faulty: bool) -> None:
+        if faulty and outputs and rng.random() < self.fault_rate:
+            self.published += outputs[: rng.randrange(len(outputs))]  # acknowledged before the failure
+            raise Fault("send failed")
+        self.published += outputs
+
+    def redis(self, write: Any, rng: random.Random, faulty: bool) -> None:
+        if faulty and rng.random() < self.fault_rate:
+            if rng.random() < 0.5:
+                write()  # done, but the reply was lost
+            raise Fault("write failed")
+        write()
+
+    def done(self) -> bool:
+        return all(self.committed[p] == len(log) for p, log in self.logs.items())
+
+
+# -- the simulation ----------------------------------------------------------------------
+
+
+def simulate(scenario: Scenario, rng: random.Random, *, faults: bool, timeouts: bool = False) -> tuple[list[Outbound], int]:
+    """Run the protocol until every partition is committed to its end; returns what was
+    published and how many actions it took."""
+    world = World(scenario.logs)
+    world.fault_rate = rng.choice([0.05, 0.15, 0.3]) if faults else 0.0
+    normalizers = [Normalizer(limits=scenario.limits), Normalizer(limits=scenario.limits)]
+    owner = 0
+    worker = Worker(world, normalizers[owner])
+    actions = 0
+    calm_after = rng.randint(5, 120) if faults else 0
+    while not world.done() or worker.flights:
+        actions += 1
+        assert actions < 5000, "a partition is wedged: no progress"
+        faulty = faults and actions < calm_after
+        roll = rng.random()
+        try:
+            if faulty and roll < 0.04:  # crash between any two actions
+                normalizers[owner] = Normalizer(limits=scenario.limits)
+                worker = Worker(world, normalizers[owner])
+            elif faulty and roll < 0.07:  # a rebalance: the partitions move to the other worker and back
+                worker.settle(rng)  # ``forget``: what is in flight is committed, then the runs are dropped
+                worker.n.forget_partitions(world.logs, revoked=True)
+                owner = 1 - owner
+                worker = Worker(world, normalizers[owner])
+            elif timeouts and faulty and roll < 0.09 and len(worker.flights) < MAX_IN_FLIGHT:  # every open run times out
+                steps = worker.n.expire(now=0.0, timeout_s=0.0)
+                if steps:
+                    worker.flights.append(Flight(steps, {}))
+            elif len(worker.flights) < MAX_IN_FLIGHT and roll < 0.55:
+                worker.poll(rng, faulty)
+            elif worker.flights:
+                worker.advance(rng, faulty)
+            else:
+                worker.poll(rng, faulty)
+        except Fault:
+            worker.rewind()
+    return world.published, actions
+
+
+def _by_identity(published: list[Outbound]) -> tuple[dict[tuple[str, bytes | None, int], set[bytes]], set[Any], set[Any]]:
+    events: dict[tuple[str, bytes | None, int], set[bytes]] = defaultdict(set)
+    dlq, usage = set(), set()
+    for out in published:
+        if out.topic in (topics.EVENTS, topics.EVENTS_PUBLIC):
+            events[(out.topic, out.key, int(out.header("rw-event-seq") or -1))].add(out.value)
+        elif out.topic == topics.DLQ:
+            dlq.add((out.key, out.value, tuple(out.headers)))
+        else:  # timings are the wall clock's, not the input's: a run restored from its journal has none
+            record = orjson.loads(out.value)
+            usage.add((out.key, orjson.dumps({k: v for k, v in record.items() if not k.startswith("time_to_first")})))
+    return events, dlq, usage
+
+
+@pytest.fixture
+def stub_translators(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(core, "translator_for", lambda grammar, **kw: StubTranslator(**kw))
+    monkeypatch.setattr(core, "implemented", functools.cache(core.implemented))  # a crash makes a new Normalizer
+    yield
+
+
+@pytest.fixture
+def exploding_translators(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The real translators, with a bug on demand: feeding a value that contains ``BOOM`` raises."""
+    real = core.translator_for
+
+    def exploding(*args: Any, **kwargs: Any) -> Any:
+        translator = real(*args, **kwargs)
+        feed = translator.feed
+
+        def feed_or_raise(raw: bytes, **kw: Any) -> Any:
+            if BOOM in raw:
+                raise ValueError("a translator bug")
+            return feed(raw, **kw)
+
+        translator.feed = feed_or_raise
+        return translator
+
+    monkeypatch.setattr(core, "translator_for", exploding)
+    yield
+
+
+def _check(seed: int, *, stub: bool = True) -> None:
+    scenario = _scenario(random.Random(seed), stub=stub)
+    reference, _ = simulate(scenario, random.Random(seed), faults=False)
+    published, _ = simulate(scenario, random.Random(seed + 1), faults=True)
+    ref_events, ref_dlq, ref_usage = _by_identity(reference)
+    events, dlq, usage = _by_identity(published)
+    clashes = {k: v for k, v in events.items() if len(v) > 1}
+    assert not clashes, f"seed {seed}: different events share (run, rw-event-seq): {sorted(clashes)[:3]}"
+    assert events == ref_events, f"seed {seed}: published events differ from the accepted input's"
+    assert dlq == ref_dlq, f"seed {seed}: dead letters differ (lost: {len(ref_dlq - dlq)}, extra: {len(dlq - ref_dlq)})"
+    assert usage == ref_usage, f"seed {seed}: usage records differ"
+    for run_id in scenario.gapped:
+        finished = [v for (topic, key, _), vs in ref_events.items() if key == run_id.encode() for v in vs if b'"RUN_FINISHED"' in v]
+        assert not finished, f"seed {seed}: {run_id} is missing a record but finished"
+
+
+def test_delivery_simulation_many_seeds_issue13(stub_translators: None) -> None:
+    """Thousands of seeded runs of the protocol with faults at every step (``RW_SIM_SEEDS``),
+    over stub translators (the protocol is what is under test here)."""
+    for seed in range(SEEDS):
+        _check(seed)
+
+
+def test_delivery_simulation_with_the_real_translators_issue13(exploding_translators: None) -> None:
+    """Fewer seeds over the sample streams and the real translators (slower per record)."""
+    for seed in range(REAL_SEEDS):
+        _check(seed, stub=False)
+
+
+def test_the_simulation_can_fail_a_core_that_reuses_numbers_issue13(monkeypatch: pytest.MonkeyPatch, stub_translators: None) -> None:
+    """The simulation is a real check: the old stale-run rule (restore from the journal whenever
+    a record skips ahead, keeping nothing) makes it find different events under one number."""
+
+    def old_restore(self: Normalizer, item: Any, journal: Any, *, ended: Any) -> None:
+        where = core.Ended.parse(ended)
+        self._runs.pop(item.run, None)
+        if where is not None:
+            self._mark_ended(item.run, where)
+            return
+        state = self._new_state(item)
+        for entry in sorted(journal, key=lambda e: e.seq):
+            if entry.seq >= item.envelope.seq:
+                break
+            self._apply(state, state.translator.feed(entry.value, sse_event=entry.sse_event), Step(), None, emit=False)
+            state.next_seq = entry.seq + 1
+            state.digests.append(core._digest(entry.value, entry.sse_event))
+        self._runs[item.run] = state
+
+    def old_accept(self: Normalizer, item: Any, *, now: float | None = None) -> Step:
+        state = self._runs.get(item.run)
+        if state is not None and item.envelope.seq > state.next_seq:
+            state.next_seq = item.envelope.seq  # main's rule: warn and go on
+        return real_accept(self, item, now=now)
+
+    real_accept = Normalizer.accept
+    monkeypatch.setattr(Normalizer, "restore", old_restore)
+    monkeypatch.setattr(Normalizer, "accept", old_accept)
+    for seed in range(200):
+        try:
+            _check(seed)
+        except AssertionError:
+            return
+    pytest.fail("200 seeds and the old rule was never caught")
+
+
+def test_delivery_simulation_with_timeouts_never_reuses_numbers_issue13(stub_translators: None) -> None:
+    """Inactivity timeouts depend on the clock, so the outcome is not the reference's; what must
+    still hold: no two different events share (run, rw-event-seq), nothing follows a run's
+    terminal event, and no partition is wedged."""
+    for seed in range(max(1, SEEDS // 5)):
+        scenario = _scenario(random.Random(seed))
+        published, _ = simulate(scenario, random.Random(seed + 7), faults=True, timeouts=True)
+        events, _, _ = _by_identity(published)
+        clashes = {k: v for k, v in events.items() if len(v) > 1}
+        assert not clashes, f"seed {seed}: different events share (run, rw-event-seq): {sorted(clashes)[:3]}"
+        ends: dict[tuple[str, bytes | None], int] = {}
+        for (topic, key, seq), values in events.items():
+            if any(b'"RUN_FINISHED"' in v or b'"RUN_ERROR"' in v for v in values):
+                ends[(topic, key)] = min(seq, ends.get((topic, key), seq))
+        after = [(t, k, q) for (t, k, q) in events if (t, k) in ends and q > ends[(t, k)]]
+        assert not after, f"seed {seed}: events after a run's terminal event: {after[:3]}"
