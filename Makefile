@@ -40,6 +40,24 @@ test: $(STAMP) ## run every test (unit, conformance, integration), services incl
 	  $(PY) -m pytest -q; \
 	fi
 
+# Issue 16: deploy/cluster.sh starts a Redis Cluster (3 masters + 3 replicas) and a 3-broker
+# Kafka cluster (RF 3, min.insync.replicas 2) in $(CLUSTER_STATE), on KAFKA_CLUSTER_PORT (19920)
+# and REDIS_CLUSTER_PORT (19940); the cluster tests run against them (the single services for
+# everything else come from deploy/with-services.sh), then the integration suite runs with
+# REDIS_URL naming the Redis Cluster; both clusters are stopped afterwards, whatever happened.
+CLUSTER_STATE ?= $(or $(RW_CLUSTER_STATE),/tmp/reasonwire-cluster)
+CLUSTER_TESTS ?= tests/integration/test_cluster.py
+CLUSTER_SUITE ?= tests/integration/test_store.py tests/integration/test_replay_store.py tests/integration/test_normalizer_worker.py tests/integration/test_retention.py
+.PHONY: test-cluster
+test-cluster: $(STAMP) ## start a Redis Cluster (3+3) and a 3-broker Kafka cluster, run the cluster tests and the store suite on them, stop them
+	@start=$$(date +%s); \
+	env=$$(RW_STATE=$(CLUSTER_STATE) bash deploy/cluster.sh up --redis-cluster --kafka-brokers 3) || { RW_STATE=$(CLUSTER_STATE) bash deploy/cluster.sh down; exit 2; }; \
+	kafka=$$(sed -n 's/^KAFKA_BOOTSTRAP_SERVERS=//p' <<<"$$env"); redis=$$(sed -n 's/^REDIS_URL=//p' <<<"$$env"); \
+	RW_TEST_KAFKA_CLUSTER=$$kafka RW_TEST_REDIS_CLUSTER=$$redis bash deploy/with-services.sh $(PY) -m pytest -q $(CLUSTER_TESTS); rc=$$?; \
+	if [ $$rc -eq 0 ]; then REDIS_URL=$$redis bash deploy/with-services.sh $(PY) -m pytest -q $(CLUSTER_SUITE); rc=$$?; fi; \
+	RW_STATE=$(CLUSTER_STATE) bash deploy/cluster.sh down >/dev/null 2>&1 || true; \
+	echo "make test-cluster: exit $$rc in $$(( $$(date +%s) - start ))s"; exit $$rc
+
 test-unit: $(STAMP) ## run the tests that need no services
 	$(PY) -m pytest -q -m "not integration"
 
@@ -79,6 +97,10 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 .PHONY: bench
 bench: $(BENCH_STAMP) ## benchmarks (translator vs JSON floor and LiteLLM, worker vs passthrough, memory); writes bench/results/
 	@bash deploy/with-services.sh $(PY) -m bench $(BENCH_ARGS)
+
+.PHONY: bench-scale
+bench-scale: $(BENCH_STAMP) ## throughput of 1, 2 and 4 normalizer workers in one group (docs/scaling.md); writes bench/results/scale.json
+	@bash deploy/with-services.sh $(PY) -m bench.scale $(BENCH_ARGS)
 
 clean: ## remove the virtualenv and outputs
 	rm -rf $(VENV) out .pytest_cache
