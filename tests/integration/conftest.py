@@ -33,6 +33,7 @@ from contracts import topics
 from tests.integration.service_choice import ServiceChoiceError, choose, docker_answers
 from workers.ingress import OutgoingRecord
 from workers.normalize import ensure_topics
+from workers.redis_connect import connect
 from workers.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,7 +210,7 @@ async def producer(services: dict[str, str]) -> AsyncIterator[AIOKafkaProducer]:
 
 @pytest_asyncio.fixture
 async def redis(services: dict[str, str]) -> AsyncIterator[Redis]:
-    client = Redis.from_url(services["REDIS_URL"])
+    client = connect(services["REDIS_URL"])  # a redis-cluster:// URL gives a RedisCluster (make test-cluster)
     yield client
     await client.aclose()
 
