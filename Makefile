@@ -10,7 +10,7 @@ SAMPLE_CASES := a_reasoning_then_answer b_reasoning_then_tool_call
 SAMPLES = $(sort $(if $(RW_SAMPLES),$(wildcard $(RW_SAMPLES)/*/*.jsonl),$(foreach c,$(SAMPLE_CASES),$(wildcard tests/fixtures/*/$(c).jsonl))))
 
 .DEFAULT_GOAL := help
-.PHONY: help install services services-down test test-unit run translate-samples clean
+.PHONY: help install services services-down test test-unit run gateway e2e-deps translate-samples clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -33,6 +33,7 @@ services-down: ## stop the local Kafka and Redis
 # a private Kafka + Redis on spare ports, stopped afterwards. Where a Docker engine answers
 # (or RW_SERVICES=testcontainers) the integration fixtures start containers instead.
 test: $(STAMP) ## run every test (unit, conformance, integration), services included, on its own spare ports
+	@$(MAKE) --no-print-directory e2e-deps || echo "make test: could not install Node.js / chromium / the pinned npm packages; the gateway's browser and HttpAgent tests will skip, saying so"
 	@svc=$$($(PY) -m tests.integration.service_choice) || exit 2; \
 	if [ "$$svc" = local ]; then \
 	  bash deploy/with-services.sh $(PY) -m pytest -q; \
@@ -70,7 +71,18 @@ run: $(STAMP) ## the whole pipeline on the sample streams: services, worker, pub
 	  echo "make run: no Kafka broker: set KAFKA_BOOTSTRAP_SERVERS, or install Java 17 and Maven (apt-get install openjdk-17-jre-headless maven); translating offline instead"; \
 	  $(MAKE) --no-print-directory translate-samples; exit 0; \
 	fi; \
-	bash deploy/with-services.sh $(VENV)/bin/reasonwire demo
+	VENV=$(VENV) bash deploy/with-services.sh bash deploy/run-demo.sh
+
+# The gateway's end-to-end tests drive the real @ag-ui/client (Node) and Debian's chromium; they
+# skip, saying so, where node / chromium are missing. `make test` runs this first (root, apt).
+e2e-deps: ## install what the gateway e2e tests need: Node.js + npm, chromium (apt), the pinned npm packages
+	@command -v node >/dev/null && command -v npm >/dev/null && command -v chromium >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm chromium >/dev/null; }
+	@test -d tests/e2e_node/node_modules || (cd tests/e2e_node && npm ci --no-audit --no-fund --loglevel=error)
+
+gateway: $(STAMP) ## run `reasonwire gateway` (AG-UI SSE, HttpAgent endpoint, HTTP ingress, viewer) on GATEWAY_PORT (8780); keys from RW_GATEWAY_KEYS(_FILE)
+	@set -a; eval "$$(bash deploy/services.sh up)"; set +a; \
+	$(VENV)/bin/reasonwire gateway --port $${GATEWAY_PORT:-8780}
 
 translate-samples: $(STAMP) ## run `reasonwire translate` over the sample streams (tests/fixtures, or RW_SAMPLES), no services
 	@mkdir -p out

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from bench import cpu, e2e, litellm_compare, memory, profiles
+from bench import cpu, e2e, gateway, litellm_compare, memory, profiles
 from bench.streams import runs, templates
 from workers.translators import implemented
 
@@ -74,7 +74,7 @@ def machine() -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run of every section (figures are noisy)")
-    parser.add_argument("--skip", action="append", default=[], choices=["cpu", "litellm", "memory", "e2e", "profile"])
+    parser.add_argument("--skip", action="append", default=[], choices=["cpu", "litellm", "memory", "e2e", "profile", "gateway"])
     args = parser.parse_args()
     quick = args.quick
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -132,11 +132,19 @@ def main() -> int:
             if "profile" not in args.skip and "profile_raw" in results["e2e"]:
                 results["profile_worker"] = profiles.worker_profile(Path(results["e2e"].pop("profile_raw")))
 
+    if "gateway" not in args.skip:  # issue 15: 200 SSE clients on one gateway process (bench.gateway)
+        if not (os.environ.get("KAFKA_BOOTSTRAP_SERVERS") and os.environ.get("REDIS_URL")):
+            results["gateway"] = {"skipped": "KAFKA_BOOTSTRAP_SERVERS / REDIS_URL not set (make bench starts the services)"}
+        else:
+            log("6. gateway: 200 concurrent SSE clients, raw publish → SSE delivery, memory")
+            bootstrap, redis_url = os.environ["KAFKA_BOOTSTRAP_SERVERS"], os.environ["REDIS_URL"]
+            results["gateway"] = asyncio.run(gateway.measure(bootstrap, redis_url, clients=200, runs=10 if quick else 20, logs=RESULTS / "logs"))
+
     results["elapsed_s"] = time.time() - started
     results["load_at_end"] = os.getloadavg()[0]
     results["summary"] = summarize(results)
     (RESULTS / "results.json").write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
-    table = render_table(results)
+    table = render_table(results) + (gateway.render(results["gateway"]) if "gateway" in results else "")
     (RESULTS / "table.md").write_text(table)
     print(table)
     log(f"done in {results['elapsed_s']:.0f}s; results in {RESULTS}/results.json and table.md")

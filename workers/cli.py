@@ -20,8 +20,10 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from contracts.grammars import Grammar
+from workers import ingress_cli
 from workers.core.translator import Translation, Translator
 from workers.core.wire import event_json, record_json
+from workers.gateway import command as gateway_command
 from workers.replay import command as replay_command
 from workers.sse import ProviderEvent, read_events
 from workers.translators import implemented, translator_for
@@ -65,6 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     erase.add_argument("--tenant", default="default")
     erase.add_argument("--thread", required=True, help="thread id")
     erase.set_defaults(command=_erase)
+    ingest = sub.add_parser("ingest", help="publish a provider stream (file or live stdin) to reasoning.raw.v1")
+    ingress_cli.add_arguments(ingest)
+    ingest.set_defaults(command=ingress_cli.run)
+    gateway = sub.add_parser("gateway", help="AG-UI over HTTP/SSE: run events, HttpAgent endpoint, HTTP ingress, viewer")
+    gateway_command.add_arguments(gateway)
+    gateway.set_defaults(command=gateway_command.run)
     demo = sub.add_parser("demo", help="the whole pipeline on the sample streams (needs Kafka and Redis)")
     demo.set_defaults(command=_demo)
     from workers import topics_command

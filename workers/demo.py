@@ -114,6 +114,10 @@ async def _publish_and_show(settings: WorkerSettings, samples: list[Path], event
         await producer.stop()
         await consumer.stop()
     await _show_artefacts(settings, [(f"{p.parent.name}/{p.stem}", run) for p, run in zip(samples, runs.values(), strict=True)])
+    if gateway := os.environ.get("RW_GATEWAY_URL"):  # `make run` starts `reasonwire gateway` (docs/gateway.md)
+        print(f"\nviewer (gateway {gateway}, tenant 'demo'; key in the URL fragment, never sent):")
+        for run in runs.values():
+            print(f"  {gateway}/v1/viewer?thread={run.thread_id}&run={run.run_id}&audience=internal#key={os.environ.get('RW_DEMO_KEY', '')}")
     return 0
 
 

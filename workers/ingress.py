@@ -65,3 +65,62 @@ def raw_records(run: RunEnvelope, events: Iterable[ProviderEvent], *, end: Contr
         seq += 1
     if end is not None:
         yield OutgoingRecord(run.run_id.encode(), None, run.headers(seq, control=end))
+
+
+class SSEFramer:
+    """Incremental SSE / JSONL framing for a live stream (sans-I/O): lines in, provider events out.
+
+    Unlike :func:`workers.sse.read_events`, which reads a whole capture, this is fed a
+    stream as it arrives, so each event is published the moment its frame completes.
+    A line is either an SSE field (``event:``/``data:``/``id:``/``retry:``/comment,
+    WHATWG framing: an event ends at a blank line) or a bare ``data:`` payload as an
+    SDK's ``iter_lines`` hands it over (one event per line). ``[DONE]`` is a transport
+    sentinel, not an event. Payload bytes are never decoded or re-encoded beyond the
+    framing (R3).
+    """
+
+    def __init__(self) -> None:
+        self._partial = b""
+        self._event: str | None = None
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[tuple[bytes, str | None]]:
+        """Arbitrary chunks of a byte stream (an HTTP body): a trailing partial line waits."""
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        return [e for line in lines for e in self.line(line)]
+
+    def line(self, raw: bytes) -> list[tuple[bytes, str | None]]:
+        """One complete line (its newline already removed, or not)."""
+        line = raw.rstrip(b"\r\n")
+        if not line:
+            return self._dispatch()
+        name, sep, value = line.partition(b":")
+        if sep and name in (b"event", b"data", b"id", b"retry", b""):
+            value = value[1:] if value.startswith(b" ") else value
+            if name == b"event":
+                out = self._dispatch() if self._data else []  # a stream without blank lines still splits
+                self._event = value.decode("utf-8", "replace")
+                return out
+            if name == b"data":
+                self._data.append(value)
+            return []
+        return [*self._dispatch(), *self._payload(line, None)]
+
+    def finish(self) -> list[tuple[bytes, str | None]]:
+        """End of stream: a last frame without its blank line (or newline) still counts."""
+        tail, self._partial = self._partial, b""
+        return [*(self.line(tail) if tail.strip() else []), *self._dispatch()]
+
+    def _dispatch(self) -> list[tuple[bytes, str | None]]:
+        data, event = self._data, self._event
+        self._data, self._event = [], None
+        return self._payload(b"\n".join(data), event) if data else []
+
+    @staticmethod
+    def _payload(data: bytes, event: str | None) -> list[tuple[bytes, str | None]]:
+        return [] if data.strip() == b"[DONE]" else [(data, event)]
+
+
+class IngressError(RuntimeError):
+    """The broker did not take a record: the run's records are not all published (nothing silent)."""

@@ -440,8 +440,15 @@ async def ensure_topics(settings: WorkerSettings) -> dict[str, int]:
         if missing:
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(missing)
-        described = await admin.describe_topics(list(topics.ALL))
-        return {d["topic"]: len(d["partitions"]) for d in described}
+        # A topic just created (here or by a concurrent process) can be described before its
+        # partitions are: ask again until every topic has them, bounded.
+        for _ in range(50):
+            described = await admin.describe_topics(list(topics.ALL))
+            counts = {d["topic"]: len(d["partitions"]) for d in described}
+            if len(counts) == len(topics.ALL) and all(counts.values()):
+                return counts
+            await asyncio.sleep(0.2)
+        return counts
     finally:
         await admin.close()
 

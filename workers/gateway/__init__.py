@@ -1,0 +1,1 @@
+"""``reasonwire gateway``: AG-UI over HTTP + SSE in front of the normalized topics (docs/gateway.md)."""
