@@ -173,7 +173,17 @@ def describe_failure(exc: BaseException, seen: Iterable[BaseException] = ()) -> 
     """One line for a failure that is the settings' fault (wrong credentials, TLS refused, no
     broker there), else ``None``; ``seen`` are the causes :func:`witness` caught. Never quotes
     an exception's text (it may carry a value)."""
-    from aiokafka.errors import AuthenticationFailedError, KafkaConnectionError, SaslAuthenticationFailed, UnsupportedSaslMechanismError
+    from aiokafka.errors import KafkaConnectionError
+
+    line = security_failure(exc, seen)
+    if line is None and isinstance(exc, KafkaConnectionError):
+        return "cannot connect to Kafka at KAFKA_BOOTSTRAP_SERVERS (check the address and KAFKA_SECURITY_PROTOCOL)"
+    return line
+
+
+def security_failure(exc: BaseException, seen: Iterable[BaseException] = ()) -> str | None:
+    """The line of :func:`describe_failure` when the cause is the security settings, else ``None``."""
+    from aiokafka.errors import AuthenticationFailedError, SaslAuthenticationFailed, UnsupportedSaslMechanismError
 
     for cause in (exc, exc.__cause__, *seen):
         if isinstance(cause, (SaslAuthenticationFailed, AuthenticationFailedError)):
@@ -182,6 +192,4 @@ def describe_failure(exc: BaseException, seen: Iterable[BaseException] = ()) -> 
             return "Kafka does not offer KAFKA_SASL_MECHANISM on this listener"
         if isinstance(cause, ssl.SSLError):
             return "TLS handshake with Kafka failed (check KAFKA_SECURITY_PROTOCOL, KAFKA_SSL_CAFILE and the client certificate)"
-    if isinstance(exc, KafkaConnectionError):
-        return "cannot connect to Kafka at KAFKA_BOOTSTRAP_SERVERS (check the address and KAFKA_SECURITY_PROTOCOL)"
     return None

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -27,6 +28,22 @@ class TopicsMissing(RuntimeError):
         super().__init__(
             f"missing Kafka topics: {', '.join(self.names)} (create them with `reasonwire topics apply`, or set RW_CREATE_TOPICS=true)"
         )
+
+
+def create_enabled(env: Mapping[str, str] | None = None) -> bool:
+    """``RW_CREATE_TOPICS=true``: this process may create the topics it needs (``make run``, the
+    tests); unset (the default), it only checks they exist."""
+    env = os.environ if env is None else env
+    return (env.get("RW_CREATE_TOPICS") or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def replication_factor(env: Mapping[str, str] | None = None) -> int:
+    """``RW_REPLICATION_FACTOR`` (default 1): replicas of the topics a process creates."""
+    env = os.environ if env is None else env
+    value = (env.get("RW_REPLICATION_FACTOR") or "1").strip()
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError("RW_REPLICATION_FACTOR must be a positive integer")
+    return int(value)
 
 
 def admin_client(bootstrap_servers: str) -> AIOKafkaAdminClient:

@@ -37,6 +37,9 @@ from workers.redis_connect import connect
 from workers.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
+# Topics are created by a worker only with RW_CREATE_TOPICS=true (issue 16): the tests' own
+# broker is theirs to provision, as `make test` and `make run` do.
+os.environ.setdefault("RW_CREATE_TOPICS", "true")
 PARTITIONS = 4
 
 
