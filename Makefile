@@ -116,3 +116,9 @@ bench-scale: $(BENCH_STAMP) ## throughput of 1, 2 and 4 normalizer workers in on
 
 clean: ## remove the virtualenv and outputs
 	rm -rf $(VENV) out .pytest_cache
+
+# Not part of `make test`: about 10 minutes, its own Kafka and Redis (ports 19710-19716,
+# state /tmp/rw-chaos; CHAOS_KAFKA_PORT / CHAOS_REDIS_PORT / CHAOS_STATE to move them).
+.PHONY: chaos
+chaos: $(STAMP) ## fault and bad-input run of the worker on real services; prints one table (docs/reliability.md)
+	$(PY) -m chaos $(CHAOS_ARGS)

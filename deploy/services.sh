@@ -240,6 +240,9 @@ redis_up() {
     # One flag pair per line, so persistence or tuning flags are one added line each.
     local args=(
         --bind "$HOST" --port "$REDIS_PORT" --protected-mode yes
+        # AOF fsynced at every write: a terminal event is published only after its artefacts
+        # are on disk (docs/reliability.md: durable artefacts; cost measured there).
+        --appendonly yes --appendfsync always
         --daemonize yes --dir "$REDIS_DIR"
         --pidfile "$REDIS_PID" --logfile "$REDIS_LOG"
     )

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,10 +40,12 @@ from redis.asyncio import Redis
 
 from contracts import topics
 from contracts.policy import PolicyBook
+from workers.core.backoff import Backoff, Degradation, Report
 from workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
 from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step
+from workers.health import HealthServer, HealthMetrics, classify, install_log_throttle
 from workers.settings import WorkerSettings
-from workers.store import ArtefactStore
+from workers.store import ArtefactStore, StoreLost
 from workers.telemetry import Telemetry, setup_telemetry
 from workers.telemetry.normalizer import NormalizerTelemetry
 
@@ -108,12 +111,23 @@ class NormalizerWorker:
         self._committer: asyncio.Task[None] | None = None
         self._partitions: dict[tuple[str, bytes], int] = {}
         self._topic_partitions: dict[str, list[int]] = {}
+        # -- health (issue 13): backoff between retries, one log line per state change
+        self.backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s)
+        self.degradation = Degradation()
+        self.health_metrics = HealthMetrics(telemetry.telemetry)
+        self._retry_at = 0.0
+        """Loop time before which no poll is stepped (the backoff after a failure)."""
+        self._store_lost = False
+        """The store's epoch vanished or changed: recover it and drop every run before the next poll."""
+        self._healthy_since: float | None = time.monotonic()
+        """Loop time since when polls and the broker have worked without a break (``None``: broken now)."""
 
     async def handle(self, records: Sequence[RawRecord]) -> None:
         """Step one poll and put its writes in flight; returns before they are acknowledged."""
         async with self.lock:
             if self._failure is not None:
                 await self._rewind()
+            await self._wait_for_retry()
             records = self._fresh(records)
             if not records or self.closing:
                 return  # not committed: redelivered to whoever consumes next
@@ -137,9 +151,11 @@ class NormalizerWorker:
             self._launch(flight)
 
     async def expire_idle_runs(self) -> None:
-        """Close runs whose ingress vanished (RUN_ERROR code ``inactivity_timeout``)."""
+        """Close runs whose ingress vanished (RUN_ERROR code ``inactivity_timeout``) — only once the
+        worker has consumed without a break for a whole timeout: silence while Redis or the broker
+        was away (or the backlog after it) says nothing about the ingress."""
         async with self.lock:
-            if self.closing:
+            if self.closing or not self._quiet_long_enough():
                 return
             if self._failure is not None:
                 await self._rewind()  # else the expired runs' RUN_ERROR would chain onto the failed poll and be lost
@@ -248,13 +264,14 @@ class NormalizerWorker:
                 self._flights.remove(flight)
                 self.stats["records"] += len(flight.steps) if flight.offsets else 0
                 flight.trace.__exit__(None, None, None)
+            self._note_success(offsets)
 
     def _failed(self, exc: BaseException | None) -> None:
         """The first failure is logged (type and redacted text) and schedules the rewind."""
         if self._failure is not None:
             return
         self._failure = exc or RuntimeError("poll failed")
-        log.error("a poll failed (%s): rewinding to the first uncommitted record", type(exc).__name__, exc_info=exc)
+        self._note_failure(self._failure)
         self._recovery = asyncio.get_running_loop().create_task(self._recover())
 
     async def _recover(self) -> None:
@@ -284,8 +301,11 @@ class NormalizerWorker:
         self._flights.clear()
         self._last = None  # the next poll starts a new chain: it must not wait on a failed one
         self._failure = None
-        self.normalizer.forget_partitions({tp.partition for tp in first})
         assigned = self.consumer.assignment() if self.consumer is not None else set()
+        dropped = {tp.partition for tp in first}
+        if self._store_lost and await self._recover_store():
+            dropped |= {tp.partition for tp in assigned}  # every run held here: its journal may be gone
+        self.normalizer.forget_partitions(dropped)
         for tp, offset in first.items():
             if tp in assigned and tp not in (skip or ()):
                 self.consumer.seek(tp, offset)  # type: ignore[union-attr]
@@ -305,6 +325,95 @@ class NormalizerWorker:
                 del self._rewound[tp]
             kept.append(record)
         return kept
+
+    # -- health: backoff, state-change logging, store loss (issue 13) ---------------------
+
+    def _note_failure(self, exc: BaseException) -> None:
+        """Count the failure, schedule the retry one backoff step away and log only on a state
+        change (or the periodic summary): a retry per poll logged a traceback per poll."""
+        failure = classify(exc)
+        self._healthy_since = None
+        delay = self.backoff.next_delay()
+        loop = asyncio.get_running_loop()
+        self._retry_at = loop.time() + delay
+        self.health_metrics.failed(failure)
+        self.health_metrics.retried(failure)
+        if isinstance(exc, StoreLost):
+            self._store_lost = True
+            self.health_metrics.store_lost.add(1)
+        self._log(self.degradation.failed(failure, loop.time(), delay), exc)
+
+    def _note_success(self, offsets: dict[TopicPartition, int]) -> None:
+        """A poll went through end to end: the backoff resets; ``recovered`` is logged once."""
+        self.backoff.reset()
+        if self._healthy_since is None:
+            self._healthy_since = time.monotonic()
+        self._log(self.degradation.succeeded(asyncio.get_running_loop().time()))
+        consumer = self.consumer
+        for tp, committed in offsets.items():
+            high = consumer.highwater(tp) if consumer is not None else None
+            if high is not None:
+                self.health_metrics.lag[tp.partition] = high - committed
+
+    async def tick_health(self) -> None:
+        """Called by the periodic task: is the broker reachable (a metadata request; nothing else
+        notices an outage when no poll is in flight), and the summary line while degraded."""
+        try:
+            assert self.producer is not None
+            await asyncio.wait_for(self.producer.client.fetch_all_metadata(), 2.0)
+            if self._healthy_since is None and not self.degradation.degraded:
+                self._healthy_since = time.monotonic()
+        except Exception:
+            self._healthy_since = None
+        self._log(self.degradation.summary(asyncio.get_running_loop().time()))
+
+    def _quiet_long_enough(self) -> bool:
+        since = self._healthy_since
+        return since is not None and time.monotonic() - since >= self.settings.inactivity_timeout_s
+
+    async def _wait_for_retry(self) -> None:
+        """With the lock held: sleep out the backoff (fetching stops meanwhile: < 1 % of a core)."""
+        delay = self._retry_at - asyncio.get_running_loop().time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def _recover_store(self) -> bool:
+        """After :class:`StoreLost`: adopt a new epoch (marked lost). True once done; while Redis is
+        still away the epoch stays the old one, so the next store call fails again and retries."""
+        try:
+            epoch = await self.store.recover_from_loss()
+        except Exception as exc:
+            self._note_failure(exc)
+            return False
+        self._store_lost = False
+        log.warning(
+            "store lost data: new epoch %s; runs whose journal vanished are not resumed (dead-lettered store_lost)", epoch
+        )
+        return True
+
+    def _refuse_lost_run(self, routed: RunInput) -> Step:
+        """A record of a run whose journal vanished with the store: resuming it would renumber
+        events already published, so it is dead-lettered and nothing is published for it."""
+        self.stats["store_lost"] = self.stats.get("store_lost", 0) + 1
+        log.debug("run %s rw-seq %d: journal lost with the store; dead-lettered", routed.envelope.run_id, routed.envelope.seq)
+        return self.normalizer.reject(DeadLetter(routed.record, "the run's journal vanished with the store", DeadLetterCode.STORE_LOST))
+
+    def _log(self, report: Report | None, exc: BaseException | None = None) -> None:
+        if report is not None:
+            level = {"info": logging.INFO, "warning": logging.WARNING}.get(report.level, logging.ERROR)
+            log.log(level, "%s", report.message, exc_info=exc if report.traceback else None)
+
+    @property
+    def ready(self) -> dict[str, Any]:
+        """The worker's own part of ``/readyz`` (the probes add Redis and the broker)."""
+        return {
+            "degraded": self.degradation.cause if self.degradation.degraded else None,
+            "consumer_started": self.consumer is not None,
+            "partitions": sorted(tp.partition for tp in self.consumer.assignment()) if self.consumer is not None else [],
+            "store_epoch": self.store.epoch,
+            "store_lost_ms": self.store.lost_ms,
+            "lag": {str(p): n for p, n in sorted(self.health_metrics.lag.items())},
+        }
 
     # -- stepping ----------------------------------------------------------------------
 
@@ -334,6 +443,8 @@ class NormalizerWorker:
         if self.normalizer.needs_restore(routed):
             # fetched for this poll, once; a run met again in the poll after it ended reads it again
             journal, ended = journals.pop(routed.run, None) or await self.store.load_journal(routed.run)
+            if not self.store.journal_intact(journal, ended, routed.envelope.seq):
+                return self._refuse_lost_run(routed)
             self.normalizer.restore(routed, journal, ended=ended)
         step = self.normalizer.accept(routed)
         for warning in step.warnings:  # content-free by construction (P8)
@@ -473,6 +584,52 @@ async def output_limits(settings: WorkerSettings, max_request_size: int = DEFAUL
     return OutputLimits(default=max_request_size, per_topic=limits)
 
 
+async def group_has_offsets(settings: WorkerSettings) -> bool:
+    """Whether the consumer group committed offsets before: then a store without an epoch
+    is a store that lost its data, not a new one (docs/reliability.md)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
+    await admin.start()
+    try:
+        return bool(await admin.list_consumer_group_offsets(settings.group_id))
+    except Exception:  # no such group yet (or an old broker): nothing was committed
+        return False
+    finally:
+        await admin.close()
+
+
+async def warn_unless_durable(store: ArtefactStore) -> None:
+    """Say at start when Redis would lose acknowledged writes on a crash (no AOF, or
+    ``appendfsync`` other than ``always``); managed Redis may refuse ``CONFIG``: then say nothing."""
+    try:
+        config = await store.redis.config_get("append*")
+    except Exception:
+        return
+    appendonly, fsync = config.get("appendonly"), config.get("appendfsync")
+    if appendonly != "yes" or fsync != "always":
+        log.warning(
+            "Redis persistence is appendonly=%s appendfsync=%s: a Redis crash can lose artefacts of runs already "
+            "reported finished (docs/reliability.md recommends appendonly yes, appendfsync always)", appendonly, fsync
+        )
+
+
+async def readiness(worker: NormalizerWorker) -> dict[str, Any]:
+    """``/readyz``: Redis answers, the broker answers, the worker is not degraded, its consumer runs."""
+    body: dict[str, Any] = dict(worker.ready)
+    try:
+        await asyncio.wait_for(worker.store.redis.ping(), 1.0)
+        body["redis"] = "ok"
+    except Exception as exc:
+        body["redis"] = type(exc).__name__
+    try:
+        assert worker.producer is not None
+        await asyncio.wait_for(worker.producer.client.fetch_all_metadata(), 2.0)
+        body["kafka"] = "ok"
+    except Exception as exc:
+        body["kafka"] = type(exc).__name__
+    body["ready"] = body["redis"] == "ok" and body["kafka"] == "ok" and body["degraded"] is None and body["consumer_started"]
+    return body
+
+
 def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | None = None) -> tuple[FastStream, NormalizerWorker]:
     """The app and its worker; ``telemetry`` defaults to :func:`setup_telemetry` (``OTEL_*``)."""
     settings = settings or WorkerSettings.from_env()
@@ -504,7 +661,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         worker.consumer = msg.consumer  # type: ignore[attr-defined]
         await worker.handle([_raw_record(r) for r in raw])
 
-    expiry: dict[str, asyncio.Task[None]] = {}
+    expiry: dict[str, Any] = {}
 
     async def expire_forever() -> None:
         interval = max(0.05, min(settings.inactivity_timeout_s / 4, 5.0))
@@ -512,23 +669,31 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
             await asyncio.sleep(interval)
             try:
                 await worker.expire_idle_runs()
-            except Exception:  # an outage must not kill the loop; the next tick retries
-                log.exception("closing idle runs failed")
+            except Exception as exc:  # an outage must not kill the loop; the next tick retries
+                worker._note_failure(exc)
+            await worker.tick_health()
 
     app = FastStream(broker, logger=log)
 
     @app.on_startup
     async def _topics() -> None:
         await ensure_topics(settings)
+        await store.claim_epoch(lost=await group_has_offsets(settings))
+        await warn_unless_durable(store)
         try:
             worker.normalizer.limits = await output_limits(settings)
         except Exception as exc:  # the defaults are Kafka's own: a worker still starts, and says so
             log.warning("could not read the output topics' max.message.bytes (%s): assuming Kafka's default", type(exc).__name__)
         worker.producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", linger_ms=2)
         await worker.producer.start()
+        if settings.health_port:
+            expiry["health"] = HealthServer(lambda: readiness(worker), port=settings.health_port)
+            await expiry["health"].start()
 
     @app.after_startup
     async def _start_expiry() -> None:
+        for subscriber in broker.subscribers:  # readiness knows the consumer before the first poll
+            worker.consumer = worker.consumer or getattr(subscriber, "consumer", None)
         expiry["task"] = asyncio.create_task(expire_forever())
 
     @app.on_shutdown
@@ -536,6 +701,9 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         task = expiry.pop("task", None)
         if task is not None:
             task.cancel()
+        health = expiry.pop("health", None)
+        if health is not None:
+            await health.stop()
         await worker.drain()  # the polls in flight commit (or fail) before the clients close
         await store.redis.aclose()
         if worker.producer is not None:
@@ -576,5 +744,6 @@ def _raw_record(record: Any) -> RawRecord:
 def run(settings: WorkerSettings | None = None) -> None:
     """``reasonwire worker normalize``: run until SIGINT/SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    install_log_throttle()  # aiokafka logs every failed connection attempt (issue 13, finding 4)
     app, _ = create_app(settings)
     asyncio.run(app.run())

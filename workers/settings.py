@@ -28,6 +28,12 @@ class WorkerSettings:
     """``RW_MAX_IN_FLIGHT``: polls whose writes may be in flight at once (pipelined, committed in order)."""
     policy_file: str | None = None
     """``RW_POLICY_FILE``: JSON retention/audience policy (contracts.policy.PolicyBook); default policy if unset."""
+    health_port: int = 8080
+    """``RW_HEALTH_PORT``: port of ``/healthz`` and ``/readyz`` (0 disables; docs/reliability.md)."""
+    backoff_initial_s: float = 0.1
+    """``RW_BACKOFF_INITIAL_S``: first wait after a failed poll (doubles per failure, with jitter)."""
+    backoff_max_s: float = 5.0
+    """``RW_BACKOFF_MAX_S``: the longest wait; service resumes at most this long after a recovery."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> WorkerSettings:
@@ -44,4 +50,7 @@ class WorkerSettings:
             max_batch=int(env.get("RW_MAX_BATCH", d.max_batch)),
             max_in_flight=int(env.get("RW_MAX_IN_FLIGHT", d.max_in_flight)),
             policy_file=env.get("RW_POLICY_FILE") or None,
+            health_port=int(env.get("RW_HEALTH_PORT", d.health_port)),
+            backoff_initial_s=float(env.get("RW_BACKOFF_INITIAL_S", d.backoff_initial_s)),
+            backoff_max_s=float(env.get("RW_BACKOFF_MAX_S", d.backoff_max_s)),
         )

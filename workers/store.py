@@ -5,10 +5,23 @@ the thread index and the journal entries land together or not at all, before
 the outputs are published — one round trip per batch of records. Runs that
 ended are closed (journal dropped, ended marker set) in a second transaction
 after publishing, and the offsets are committed after that.
+
+Store loss (issue 13, finding 5). A Redis that restarts without its data (no
+persistence, ``SHUTDOWN NOSAVE`` without AOF, ``FLUSHALL``, a failover to an
+empty replica) would make the worker rebuild open runs from nothing and publish
+``rw-event-seq`` numbers already used by different events. The worker claims an
+*epoch* (:data:`EPOCH_KEY`, a hash with a random ``id``) at start; once claimed,
+every transaction and journal read carries ``HGET <epoch> id`` in the same round
+trip and raises :class:`StoreLost` when the id is missing or changed — before
+anything read from (or written to) the emptied store is acted on. After a loss
+the epoch records ``lost_ms``; until every journal of that time has expired
+(``journal_ttl_s``), :meth:`ArtefactStore.journal_intact` refuses to resume a
+run whose journal is not the complete prefix of its records (docs/reliability.md).
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Iterable, Sequence
 
@@ -21,6 +34,26 @@ from workers.core.wire import record_json
 
 _SSE_SEPARATOR = b"\x00"
 
+EPOCH_KEY = "rw:v1:epoch"
+"""Hash: ``id`` (random, written once per store lifetime), ``created_ms``, and ``lost_ms``
+once a worker found the store had lost data. Not hash-tagged: one per store (in Redis
+Cluster, read with its own slot's commands — the check is then a separate round trip)."""
+
+
+_CLAIM_EPOCH = """
+if redis.call('HEXISTS', KEYS[1], 'id') == 0 then
+  redis.call('HSET', KEYS[1], 'id', ARGV[1], 'created_ms', ARGV[2])
+  if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'lost_ms', ARGV[2]) end
+end
+return redis.call('HGETALL', KEYS[1])
+"""
+"""Create the epoch only if it is missing (``lost`` marks a missing one as a loss), then read it:
+one atomic step, so racing workers all adopt the first one's epoch."""
+
+
+class StoreLost(Exception):
+    """The store's epoch is missing or changed: Redis lost (some of) its data."""
+
 
 class ArtefactStore:
     """Artefacts by tenant + thread + entityId, a per-thread index, and run journals."""
@@ -29,6 +62,55 @@ class ArtefactStore:
         self.redis = redis
         self.artefact_ttl_s = artefact_ttl_s
         self.journal_ttl_s = journal_ttl_s
+        self.epoch: str | None = None
+        """The epoch id this process works in; ``None`` (never claimed): no checks (tools, tests)."""
+        self.lost_ms: int | None = None
+        """When a worker last found this store had lost data (from the epoch hash)."""
+
+    # -- the epoch (store-loss detection) -------------------------------------------------
+
+    async def claim_epoch(self, *, lost: bool) -> str:
+        """Adopt the store's epoch, creating it if missing (``lost``: the caller knows data
+        existed before — e.g. the consumer group has committed offsets — so a missing epoch
+        means the store was wiped). Safe to race: one script creates or reads it atomically."""
+        now_ms = str(int(time.time() * 1000))
+        raw = await self.redis.eval(_CLAIM_EPOCH, 1, EPOCH_KEY, secrets.token_hex(8), now_ms, "1" if lost else "0")  # type: ignore[misc]
+        fields = dict(zip(raw[::2], raw[1::2], strict=True))
+        self.epoch = fields[b"id"].decode()
+        self.lost_ms = int(fields[b"lost_ms"]) if b"lost_ms" in fields else None
+        return self.epoch
+
+    async def recover_from_loss(self) -> str:
+        """After :class:`StoreLost`: adopt the store's epoch (created here if missing) and make
+        sure it is marked lost — another worker may have re-created it without knowing."""
+        epoch = await self.claim_epoch(lost=True)
+        if self.lost_ms is None:
+            now_ms = str(int(time.time() * 1000))
+            await self.redis.hsetnx(EPOCH_KEY, "lost_ms", now_ms)
+            self.lost_ms = int(await self.redis.hget(EPOCH_KEY, "lost_ms") or now_ms)
+        return epoch
+
+    def loss_window(self, now_ms: int | None = None) -> bool:
+        """True while journals written before the last loss may still be asked for."""
+        if self.lost_ms is None:
+            return False
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        return now_ms - self.lost_ms < self.journal_ttl_s * 1000
+
+    def journal_intact(self, journal: Sequence[JournalEntry], ended: bool, seq: int) -> bool:
+        """Whether a run can be resumed from this journal at record ``seq``. Outside a loss
+        window: always (gaps are the core's business). Inside: every record before ``seq``
+        (``0..seq-1``) must be in the journal — else entries vanished with the store, and resuming
+        would renumber events already published (issue 13, finding 5). Negative fields (the core's
+        bookkeeping, e.g. a run's timeout) and entries after ``seq`` are not judged."""
+        if ended or not self.loss_window():
+            return True
+        have = {e.seq for e in journal}
+        return all(s in have for s in range(seq))
+
+    def _check_epoch(self, reply: bytes | None) -> None:
+        if reply is None or reply.decode() != self.epoch:
+            raise StoreLost("the store's epoch is missing or changed: Redis lost data")
 
     async def apply(self, steps: Iterable[Step]) -> int:
         """Write the state of a batch of steps in one transaction; returns artefacts written."""
@@ -58,7 +140,11 @@ class ArtefactStore:
                 pipe.sadd(runs, run.run_id)
                 pipe.expire(runs, self.journal_ttl_s)
         if len(pipe):
-            await pipe.execute()
+            if self.epoch is not None:
+                pipe.hget(EPOCH_KEY, "id")  # in the transaction: the writes and the check see one store
+            replies = await pipe.execute()
+            if self.epoch is not None:
+                self._check_epoch(replies[-1])
         return written
 
     async def close_runs(self, steps: Iterable[Step]) -> None:
@@ -76,7 +162,11 @@ class ArtefactStore:
                 marker = f"{step.ended_at[0]}:{step.ended_at[1]}".encode() if step.ended_at else b"1"
                 pipe.set(ended_key(step.run.tenant, step.run.run_id), marker, ex=self.journal_ttl_s)
         if len(pipe):
-            await pipe.execute()
+            if self.epoch is not None:
+                pipe.hget(EPOCH_KEY, "id")
+            replies = await pipe.execute()
+            if self.epoch is not None:
+                self._check_epoch(replies[-1])
 
     async def load_journal(self, run: RunKey) -> tuple[list[JournalEntry], bytes | bool]:
         """The raw events an open run has consumed so far, and the run's ended marker (``False``: not ended)."""
@@ -89,7 +179,11 @@ class ArtefactStore:
         for run in runs:
             pipe.hgetall(journal_key(run.tenant, run.run_id))
             pipe.get(ended_key(run.tenant, run.run_id))
+        if self.epoch is not None:
+            pipe.hget(EPOCH_KEY, "id")  # same round trip: a journal read from a wiped store is refused
         replies = await pipe.execute()
+        if self.epoch is not None:
+            self._check_epoch(replies[-1])
         return [(_journal_entries(replies[2 * i]), replies[2 * i + 1] or False) for i in range(len(runs))]
 
     async def thread_artefacts(self, tenant: str, thread_id: str) -> list[ArtefactRecord]:

@@ -189,7 +189,8 @@ async def test_no_artefact_or_reasoning_escapes_into_spans_metrics_or_logs_even_
     assert deltas and not [d for d in deltas if any(d in text for text in haystack)]
 
     # The exception path really ran through the guards: logged with its type, text redacted.
-    failure_lines = [line for line in capture.lines if "StoreOutage" in line]
+    # (lines with its traceback; the state-change lines name only the type: "recovered … StoreOutage")
+    failure_lines = [line for line in capture.lines if "StoreOutage" in line and "Traceback" in line]
     assert failure_lines and all("[redacted]" in line for line in failure_lines)
     failed_spans = [s for s in finished if s.status.status_code is StatusCode.ERROR and s.status.description == "StoreOutage"]
     assert failed_spans and all(s.attributes["error.type"].endswith("StoreOutage") for s in failed_spans)

@@ -62,6 +62,9 @@ class DeadLetterCode(StrEnum):
     """An output of this record exceeds its topic's size limit; the run ended ``too_large``."""
     INTERNAL_ERROR = "internal_error"
     """Translating or serializing this record raised; the run ended ``internal_error``."""
+    STORE_LOST = "store_lost"
+    """The run's journal vanished with the store (a Redis that lost data): resuming it would
+    renumber events already published, so nothing is published for it (docs/reliability.md)."""
 
 
 DEFAULT_MAX_MESSAGE_BYTES: Final = 1_048_576

@@ -95,6 +95,8 @@ RW_WARNING_CODE = "reasonwire.warning.code"
 RW_WARNING_LINE = "reasonwire.warning.line"
 RW_REPLAY_DROP_REASON = "reasonwire.replay.drop_reason"
 RW_GUARD_SIGNAL = "reasonwire.guard.signal"
+RW_COMPONENT = "reasonwire.component"
+"""What failed: ``redis``, ``kafka``, ``store`` (lost data), ``network`` or ``worker`` (workers.health)."""
 RW_GUARD_DROPPED = "reasonwire.guard.dropped"
 """On a span the guard altered: how many attributes, events or texts it removed."""
 
@@ -109,6 +111,7 @@ DLQ_CAUSES = frozenset({"envelope", "malformed_event"})
 REPLAY_DROP_REASONS = frozenset({"foreign_issuer", "foreign_tenant", "incomplete_artefact", "withdrawn_by_client", "unverified_client_value", "other"})
 GUARD_SIGNALS = frozenset({"span_attribute", "span_event", "span_name", "span_status", "span_link", "log"})
 TOPICS = frozenset(topics.ALL)
+COMPONENTS = frozenset({"redis", "kafka", "store", "network", "worker"})
 
 # -- value rules -----------------------------------------------------------------------
 
@@ -212,6 +215,7 @@ ATTRIBUTES: dict[str, Rule] = {
     RW_REPLAY_DROP_REASON: _one_of(REPLAY_DROP_REASONS),
     RW_GUARD_SIGNAL: _one_of(GUARD_SIGNALS),
     RW_GUARD_DROPPED: COUNT,
+    RW_COMPONENT: _one_of(COMPONENTS),
 }
 
 METRIC_ATTRIBUTES = frozenset(
@@ -224,6 +228,9 @@ METRIC_ATTRIBUTES = frozenset(
         RW_REPLAY_DROP_REASON,
         RW_GUARD_SIGNAL,
         RW_WARNING_CODE,
+        RW_COMPONENT,
+        ERROR_TYPE,
+        MESSAGING_DESTINATION_PARTITION_ID,
     }
 )
 """The only attribute keys a metric data point may carry (enforced by an SDK View)."""

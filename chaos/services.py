@@ -1,0 +1,174 @@
+"""The chaos run's own Kafka and Redis (``deploy/services.sh`` on their own ports and state dir),
+the worker processes, and the faults: SIGKILL, Redis shutdown with / without save or with its
+files gone, broker restart. Only processes this harness started are signalled, by pid."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVICES = ROOT / "deploy" / "services.sh"
+
+
+@dataclass
+class Services:
+    state: Path
+    kafka_port: int
+    redis_port: int
+    log: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **{k: v for k, v in os.environ.items() if k not in ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL")},
+            "RW_STATE": str(self.state),
+            "KAFKA_PORT": str(self.kafka_port),
+            "KAFKA_CONTROLLER_PORT": str(self.kafka_port + 1),
+            "REDIS_PORT": str(self.redis_port),
+        }
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    def up(self) -> None:
+        with self.log.open("ab") as out:
+            subprocess.run(["bash", str(SERVICES), "up"], env=self.env, stdout=subprocess.DEVNULL, stderr=out, check=True, cwd=ROOT)
+
+    def down(self) -> None:
+        with self.log.open("ab") as out:
+            subprocess.run(["bash", str(SERVICES), "down"], env=self.env, stdout=subprocess.DEVNULL, stderr=out, check=False, cwd=ROOT)
+
+    def wipe_redis(self) -> None:
+        shutil.rmtree(self.state / "redis", ignore_errors=True)
+
+    def redis_cli(self, *args: str) -> str:
+        done = subprocess.run(["redis-cli", "-p", str(self.redis_port), *args], capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    def redis_pid(self) -> int | None:
+        path = self.state / "redis" / "redis.pid"
+        try:
+            return int(path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def redis_stop(self, mode: str) -> None:
+        """``SHUTDOWN SAVE`` / ``SHUTDOWN NOSAVE``; ``lose``: NOSAVE and its files deleted (a Redis
+        without persistence, or a failover to an empty replica)."""
+        pid = self.redis_pid()
+        self.redis_cli("SHUTDOWN", "SAVE" if mode == "save" else "NOSAVE")
+        _wait_gone(pid)
+        if mode == "lose":
+            for name in ("appendonlydir", "dump.rdb"):
+                target = self.state / "redis" / name
+                shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+
+    def kafka_stop(self) -> None:
+        """A graceful broker stop (SIGTERM), keeping its data."""
+        path = self.state / "kafka" / "kafka.pid"
+        pid = int(path.read_text().strip())
+        os.kill(pid, signal.SIGTERM)
+        _wait_gone(pid, timeout=60)
+
+
+def _wait_gone(pid: int | None, timeout: float = 30) -> None:
+    if pid is None:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+
+
+@dataclass
+class Worker:
+    """``reasonwire worker normalize`` as its own process, logging to a file."""
+
+    name: str
+    services: Services
+    group: str
+    log_dir: Path
+    health_port: int
+    tree: Path = ROOT
+    """Where the worker's code comes from (``--worker-tree``: e.g. an export of an older commit, for a before/after)."""
+    proc: subprocess.Popen[bytes] | None = None
+    logs: list[Path] = field(default_factory=list)
+    starts: int = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        log = self.log_dir / f"{self.name}.{self.starts}.log"
+        self.logs.append(log)
+        env = {
+            **self.services.env,
+            "KAFKA_BOOTSTRAP_SERVERS": self.services.bootstrap,
+            "REDIS_URL": self.services.redis_url,
+            "RW_GROUP_ID": self.group,
+            "RW_PARTITIONS": "8",
+            "RW_INACTIVITY_TIMEOUT_S": "30",  # shorter than the broker restart: the expiry guard is exercised
+            "RW_HEALTH_PORT": str(self.health_port),
+            "OTEL_TRACES_EXPORTER": "none",
+            "OTEL_METRICS_EXPORTER": "none",
+        }
+        out = log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "workers.cli", "worker", "normalize"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=self.tree
+        )
+        out.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_assigned(self, timeout: float = 90) -> bool:
+        deadline = time.monotonic() + timeout
+        log = self.logs[-1]
+        while time.monotonic() < deadline:
+            text = log.read_text(errors="replace")
+            if "assigned to partitions" in text:
+                return True
+            if not self.alive:
+                return False
+            time.sleep(0.2)
+        return False
+
+    def kill(self) -> None:
+        if self.alive:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.alive:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def cpu_seconds(self) -> float:
+        """user + system CPU of the worker process so far (from /proc)."""
+        if not self.alive:
+            return 0.0
+        assert self.proc is not None
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def log_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.logs if p.exists())

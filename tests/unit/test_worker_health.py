@@ -1,0 +1,63 @@
+"""The worker's health hooks without services: the expiry guard after an outage (issue 13).
+
+The clients are built but never connect: nothing here reaches Redis or a broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from workers.core.normalizer import RawRecord
+from workers.ingress import RunEnvelope
+from workers.normalize import NormalizerWorker
+from workers.settings import WorkerSettings
+from workers.store import ArtefactStore
+from workers.telemetry import setup_telemetry
+from workers.telemetry.normalizer import NormalizerTelemetry
+
+FIRST = b'{"type":"response.created","response":{"id":"resp_1","model":"m","status":"in_progress","output":[]}}'
+
+
+def _worker(timeout_s: float) -> tuple[NormalizerWorker, list[Any]]:
+    telemetry = NormalizerTelemetry(setup_telemetry(install_global=False, env={}), group_id="g")
+    store = ArtefactStore(Redis.from_url("redis://127.0.0.1:1/0"), artefact_ttl_s=60, journal_ttl_s=60)
+    worker = NormalizerWorker(WorkerSettings(inactivity_timeout_s=timeout_s), None, store, telemetry)  # type: ignore[arg-type]
+    launched: list[Any] = []
+    worker._launch = launched.append  # type: ignore[method-assign]  # the flight's I/O is not under test
+    run = RunEnvelope("openai-responses", "idle-run", "thread")
+    item = worker.normalizer.route(RawRecord(b"idle-run", FIRST, tuple(run.headers(0)), 0, 0))
+    worker.normalizer.accept(item, now=time.monotonic() - 60)  # held, silent for a minute
+    return worker, launched
+
+
+async def test_idle_runs_wait_a_whole_timeout_of_service_after_an_outage() -> None:
+    """Silence while Redis (or the broker) was away is no evidence that the ingress vanished: the
+    run is expired only once the worker has served without a break for the whole timeout."""
+    worker, launched = _worker(timeout_s=0.2)
+    worker._note_failure(RedisConnectionError("down"))
+    await worker.expire_idle_runs()
+    assert launched == []
+    worker._note_success({})  # the first poll committed after the outage
+    await worker.expire_idle_runs()
+    assert launched == []  # back for less than a timeout
+    await asyncio.sleep(0.25)
+    await worker.expire_idle_runs()
+    assert len(launched) == 1
+
+
+async def test_a_failure_backs_off_and_a_success_resets() -> None:
+    worker, _ = _worker(timeout_s=30)
+    loop = asyncio.get_running_loop()
+    worker._note_failure(RedisConnectionError("down"))
+    first = worker._retry_at - loop.time()
+    for _ in range(6):
+        worker._note_failure(RedisConnectionError("down"))
+    assert 0 < first <= 0.1 < worker._retry_at - loop.time() <= 5.0
+    assert worker.ready["degraded"] == "redis: ConnectionError"
+    worker._note_success({})
+    assert worker.backoff.attempts == 0 and worker.ready["degraded"] is None
