@@ -6,11 +6,12 @@ carries one hash tag (:mod:`contracts.store`), so the poll's writes are grouped 
 in poll order within each slot — and each slot's group is one ``MULTI``/``EXEC``.
 
 The groups of the slots one master serves go to it in one pipeline on one connection:
-``MULTI … EXEC`` per slot, then, when the poll ends a run, ``WAIT <replicas> <timeout>``.
-``WAIT`` counts the replicas that have every write this connection made, so it must follow
-the writes on the *same* connection — which is why this module talks to each master
-through its own client rather than through ``RedisCluster``'s pool, where the next command
-may take another connection. ``RedisCluster`` still owns the topology: which master serves
+``MULTI … EXEC`` per slot, then, when the poll ends a run, ``WAIT <replicas> <timeout>`` —
+on every master this writer has written to, since the run's artefacts may have been
+written by earlier polls. ``WAIT`` counts the replicas that have every write this
+connection made, so every write must go on the connection that later waits — which is
+why this module talks to each master through its own one-connection client rather than
+through ``RedisCluster``'s pool, where the next command may take another connection. ``RedisCluster`` still owns the topology: which master serves
 a slot, refreshed after a failover (a ``MOVED``, a refused connection), and every read.
 
 The store publishes a run's terminal event only after this returns, so an artefact the
@@ -28,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -96,15 +97,21 @@ class SlotWriter:
 
     async def write(self, ops: Sequence[Op], *, wait: bool) -> list[Any]:
         """Every op written (one transaction per slot); with ``wait``, ``WAIT`` on every master
-        written to. Returns the per-slot ``EXEC`` results in slot order of first appearance."""
-        if not ops:
+        written to. Returns each op's reply, in the order of ``ops``."""
+        if not ops and not (wait and self._masters):
             return []
         groups = group_by_slot(ops)
+        positions: dict[int, list[int]] = {}
+        for i, op in enumerate(ops):
+            positions.setdefault(slot_of(op.key), []).append(i)
         await self._ready()
         per_master: dict[str, list[int]] = {}
         for slot in groups:
             node = self.cluster.nodes_manager.get_node_from_slot(slot)
             per_master.setdefault(node.name, []).append(slot)
+        if wait:  # earlier polls' writes to other masters: their terminal event waits for them too
+            for name in self._masters:
+                per_master.setdefault(name, [])
         try:
             results = await asyncio.gather(*(self._write_master(name, [(s, groups[s]) for s in slots], wait) for name, slots in per_master.items()))
         except (RedisConnectionError, RedisTimeoutError, ResponseError, OSError):
@@ -113,8 +120,12 @@ class SlotWriter:
             # may get a slot twice, which replay reads once)
             await self._refresh()
             raise
-        by_slot = {slot: r for part in results for slot, r in part}
-        return [by_slot[s] for s in groups]
+        replies: list[Any] = [None] * len(ops)
+        for part in results:
+            for slot, executed in part:
+                for i, reply in zip(positions[slot], executed, strict=True):
+                    replies[i] = reply
+        return replies
 
     async def _write_master(self, name: str, groups: list[tuple[int, list[Op]]], wait: bool) -> list[tuple[int, Any]]:
         client = self._client(name)
@@ -149,7 +160,9 @@ class SlotWriter:
             options = _plain_kwargs(kwargs)
             if "SSL" in node.connection_class.__name__:
                 options["ssl"] = True
-            client = self._masters[name] = Redis(host=node.host, port=node.port, **options)
+            # one connection per master: WAIT covers every write this writer made to it, in order
+            pool = BlockingConnectionPool(host=node.host, port=node.port, max_connections=1, timeout=None, **options)
+            client = self._masters[name] = Redis(connection_pool=pool)
         return client
 
     async def _ready(self) -> None:
