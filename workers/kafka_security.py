@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import deque
 import os
 import ssl
 from collections.abc import Iterable, Iterator, Mapping
@@ -149,7 +150,7 @@ class FailureWitness(logging.Filter):
     def __init__(self, quiet: bool = False) -> None:
         super().__init__()
         self.quiet = quiet
-        self.seen: list[BaseException] = []
+        self.seen: deque[BaseException] = deque(maxlen=16)  # a long-running process keeps the latest only
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()

@@ -62,5 +62,19 @@ def connect(url: str, env: Mapping[str, str] | None = None, **kwargs: Any) -> Re
     return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes], **options)
 
 
+def redis_wait(env: Mapping[str, str] | None = None) -> dict[str, int]:
+    """The store's ``WAIT`` on a cluster: ``RW_REDIS_WAIT_REPLICAS`` (default 1; 0 turns it off)
+    replicas must acknowledge a batch that ends a run, within ``RW_REDIS_WAIT_TIMEOUT_MS``
+    (default 1000) — past that the terminal event goes out anyway and the worker logs it."""
+    env = os.environ if env is None else env
+    out = {}
+    for name, key, default in (("RW_REDIS_WAIT_REPLICAS", "wait_replicas", 1), ("RW_REDIS_WAIT_TIMEOUT_MS", "wait_timeout_ms", 1000)):
+        value = (env.get(name) or str(default)).strip()
+        if not value.isdigit():
+            raise ValueError(f"{name} must be a non-negative integer")
+        out[key] = int(value)
+    return out
+
+
 def is_cluster(redis: Any) -> bool:
     return isinstance(redis, RedisCluster)

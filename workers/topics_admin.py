@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -120,3 +121,22 @@ async def ensure(bootstrap_servers: str, specs: Sequence[TopicSpec], *, create: 
     changed = {d.topic: int(d.actual or 0) for d in differences if d.what == "partitions"}
     return {name: changed.get(name, n) for name, n in wanted.items()}
 
+
+@contextlib.contextmanager
+def start_failures(logger: logging.Logger) -> Iterator[None]:
+    """A start-up the settings doomed — topics missing, SASL refused, TLS failed, no broker —
+    ends with one line naming the cause (exit 2 for settings, 3 for an unreachable service),
+    not a traceback: :func:`workers.kafka_security.describe_failure` says which."""
+    from aiokafka.errors import KafkaConnectionError
+
+    from workers.kafka_security import KafkaSecurityError, describe_failure, witness
+
+    with witness() as seen:
+        try:
+            yield
+        except (TopicsMissing, KafkaSecurityError) as exc:
+            logger.error("%s", exc)
+            raise SystemExit(2) from None
+        except KafkaConnectionError as exc:
+            logger.error("%s", describe_failure(exc, seen.seen))
+            raise SystemExit(3) from None
