@@ -89,6 +89,7 @@ kcluster_start_node() {
     rm -rf "$dir/logs.prev"
     [[ -d "$dir/logs" ]] && mv "$dir/logs" "$dir/logs.prev"
     mkdir -p "$dir/logs"
+    rm -f "$dir/kafka.pid" # a killed node's stale pid file would pass for the new one
     kcluster_cmd "$n"
     (
         cd "$dir"
@@ -107,7 +108,7 @@ kcluster_start_node() {
 kcluster_wait_node() {
     local n="$1" dir="$KCLUSTER_DIR/node-$1" deadline=$((SECONDS + KAFKA_START_TIMEOUT * 2))
     while ((SECONDS < deadline)); do
-        pid_running "$dir/kafka.pid" kafka.Kafka || { tail -n 30 "$dir/logs/server.log" >&2 2>/dev/null; die "Kafka node $n exited during startup"; }
+        pid_running "$dir/kafka.pid" kafka.Kafka || { tail -n 30 "$dir/logs/server.log" >&2 2>/dev/null || true; die "Kafka node $n exited during startup"; }
         if grep -qs "Kafka Server started" "$dir/logs/server.log" && port_open "$HOST" "$(broker_port "$n")"; then
             return 0
         fi
@@ -267,6 +268,7 @@ hard_kill() {
     pid="$(pid_of "$1")"
     kill -KILL "$pid"
     while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    rm -f "$1"
     log "killed pid $pid (SIGKILL)"
 }
 

@@ -121,6 +121,12 @@ def client_kwargs(security: KafkaSecurity | None = None) -> dict[str, Any]:
     return kwargs
 
 
+def servers(bootstrap_servers: str) -> list[str]:
+    """``KAFKA_BOOTSTRAP_SERVERS`` as a list: FastStream's ``KafkaBroker`` wraps a string in a list
+    whole, so ``a:9092,b:9092`` reached aiokafka as one unresolvable host name."""
+    return [s.strip() for s in bootstrap_servers.split(",") if s.strip()]
+
+
 def broker_security(security: KafkaSecurity | None = None) -> Any:
     """FastStream's ``security=`` object for :func:`client_kwargs`' settings (``None`` for plaintext).
 

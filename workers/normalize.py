@@ -42,7 +42,7 @@ from workers.core.backoff import Backoff, Degradation, Report
 from workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
 from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step
 from workers.health import HealthServer, HealthMetrics, classify, install_log_throttle
-from workers.kafka_security import broker_security, client_kwargs
+from workers.kafka_security import broker_security, client_kwargs, servers
 from workers.redis_connect import connect, redis_wait
 from workers.settings import WorkerSettings
 from workers.store import ArtefactStore, StoreLost
@@ -623,7 +623,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
     # acks=all + idempotence: on a replicated cluster a broker lost mid-stream loses no output
     # (min.insync.replicas=2 of 3) and a retried send is not written twice
     broker = KafkaBroker(
-        settings.kafka_bootstrap_servers, log_level=logging.DEBUG, acks="all", enable_idempotence=True, linger_ms=2, security=broker_security()
+        servers(settings.kafka_bootstrap_servers), log_level=logging.DEBUG, acks="all", enable_idempotence=True, linger_ms=2, security=broker_security()
     )
     store = ArtefactStore(
         connect(settings.redis_url),

@@ -33,7 +33,7 @@ from contracts.replay import ReplayIssue, ReplayReply, ReplayRequest
 from contracts.topic_plan import plan
 from workers import topics_admin
 from workers.health import HealthServer
-from workers.kafka_security import broker_security
+from workers.kafka_security import broker_security, servers
 from workers.redis_connect import connect
 from workers.replay import ReplayError, read_history, replay
 from workers.replay.sources import read_thread
@@ -161,7 +161,7 @@ async def replay_readiness(broker: KafkaBroker, store: ArtefactStore) -> dict[st
 def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | None = None) -> tuple[FastStream, ReplayWorker]:
     settings = settings or WorkerSettings.from_env()
     metrics = ReplayTelemetry(telemetry or setup_telemetry())
-    broker = KafkaBroker(settings.kafka_bootstrap_servers, acks="all", enable_idempotence=True, security=broker_security())
+    broker = KafkaBroker(servers(settings.kafka_bootstrap_servers), acks="all", enable_idempotence=True, security=broker_security())
     store = ArtefactStore(connect(settings.redis_url), artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
     worker = ReplayWorker(broker, store, metrics)
 

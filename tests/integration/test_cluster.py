@@ -132,6 +132,15 @@ async def test_a_poll_over_many_threads_and_runs_stays_within_one_slot_per_trans
 # -- failover ----------------------------------------------------------------------------------
 
 
+def _with(settings: WorkerSettings, **changes: Any) -> WorkerSettings:
+    """A copy with ``changes`` (a pydantic settings model, or the older dataclass)."""
+    if hasattr(settings, "model_copy"):
+        return settings.model_copy(update=changes)
+    import dataclasses
+
+    return dataclasses.replace(settings, **changes)
+
+
 def _cluster_sh(*args: str) -> str:
     out = subprocess.run(["bash", str(CLUSTER_SH), *args], capture_output=True, text=True, timeout=240, env=os.environ)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -154,7 +163,7 @@ def cluster_worker(tmp_path: Path, primed_group: WorkerSettings) -> Iterator[Any
 
 @needs_redis_cluster
 async def test_redis_master_killed_mid_stream_loses_no_acknowledged_artefact(cluster_worker: Any, primed_group: WorkerSettings, producer: AIOKafkaProducer) -> None:
-    settings = primed_group.model_copy(update={"redis_url": REDIS_CLUSTER})
+    settings = _with(primed_group, redis_url=REDIS_CLUSTER)
     worker = cluster_worker(settings)
     worker.wait_assigned()
     runs = [(path, *_run(path, "redis-failover")) for path in FIXTURES for _ in range(2)]
@@ -188,7 +197,7 @@ async def test_redis_master_killed_mid_stream_loses_no_acknowledged_artefact(clu
 @pytest.fixture
 def kafka_cluster_settings(primed_group: WorkerSettings) -> WorkerSettings:
     """The test group on the Kafka cluster, topics as planned (RF 3), starting at the raw topic's end."""
-    settings = primed_group.model_copy(update={"kafka_bootstrap_servers": KAFKA_CLUSTER, "group_id": f"rw-cluster-{uuid.uuid4().hex[:8]}"})
+    settings = _with(primed_group, kafka_bootstrap_servers=KAFKA_CLUSTER, group_id=f"rw-cluster-{uuid.uuid4().hex[:8]}")
 
     async def prime() -> None:
         specs = [s for s in topic_plan.plan(settings.partitions, 3) if s.name in topics.ALL]
