@@ -54,7 +54,7 @@ test-cluster: $(STAMP) ## start a Redis Cluster (3+3) and a 3-broker Kafka clust
 	@start=$$(date +%s); \
 	env=$$(RW_STATE=$(CLUSTER_STATE) bash deploy/cluster.sh up --redis-cluster --kafka-brokers 3) || { RW_STATE=$(CLUSTER_STATE) bash deploy/cluster.sh down; exit 2; }; \
 	kafka=$$(sed -n 's/^KAFKA_BOOTSTRAP_SERVERS=//p' <<<"$$env"); redis=$$(sed -n 's/^REDIS_URL=//p' <<<"$$env"); \
-	RW_CREATE_TOPICS=true RW_TEST_KAFKA_CLUSTER=$$kafka RW_TEST_REDIS_CLUSTER=$$redis bash deploy/with-services.sh $(PY) -m pytest -q $(CLUSTER_TESTS); rc=$$?; \
+	RW_CREATE_TOPICS=true RW_TEST_CLUSTER_STATE=$(CLUSTER_STATE) RW_TEST_KAFKA_CLUSTER=$$kafka RW_TEST_REDIS_CLUSTER=$$redis bash deploy/with-services.sh $(PY) -m pytest -q $(CLUSTER_TESTS); rc=$$?; \
 	if [ $$rc -eq 0 ]; then RW_CREATE_TOPICS=true REDIS_URL=$$redis bash deploy/with-services.sh $(PY) -m pytest -q $(CLUSTER_SUITE); rc=$$?; fi; \
 	RW_STATE=$(CLUSTER_STATE) bash deploy/cluster.sh down >/dev/null 2>&1 || true; \
 	echo "make test-cluster: exit $$rc in $$(( $$(date +%s) - start ))s"; exit $$rc

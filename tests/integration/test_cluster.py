@@ -142,7 +142,9 @@ def _with(settings: WorkerSettings, **changes: Any) -> WorkerSettings:
 
 
 def _cluster_sh(*args: str) -> str:
-    out = subprocess.run(["bash", str(CLUSTER_SH), *args], capture_output=True, text=True, timeout=240, env=os.environ)
+    # the clusters' state dir (RW_TEST_CLUSTER_STATE), not the single services' RW_STATE
+    env = {**os.environ, "RW_STATE": os.environ.get("RW_TEST_CLUSTER_STATE") or os.environ.get("RW_STATE", "/tmp/reasonwire-services")}
+    out = subprocess.run(["bash", str(CLUSTER_SH), *args], capture_output=True, text=True, timeout=240, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
