@@ -114,6 +114,13 @@ bench: $(BENCH_STAMP) ## benchmarks (translator vs JSON floor and LiteLLM, worke
 bench-scale: $(BENCH_STAMP) ## throughput of 1, 2 and 4 normalizer workers in one group (docs/scaling.md); writes bench/results/scale.json
 	@RW_CREATE_TOPICS=true bash deploy/with-services.sh $(PY) -m bench.scale $(BENCH_ARGS)
 
+# Not part of `make test` (tests/unit/test_fuzz_short.py runs a short fixed-seed campaign there).
+# FUZZ_ARGS e.g. "--events 200000 --grammar bedrock-converse --seed 7"; see `python -m fuzz --help`.
+FUZZ_ARGS ?=
+.PHONY: fuzz
+fuzz: $(STAMP) ## mutation fuzz campaign (1M events per grammar, seeded) + scaling probe; findings to fuzz/findings/
+	$(PY) -m fuzz $(FUZZ_ARGS)
+
 clean: ## remove the virtualenv and outputs
 	rm -rf $(VENV) out .pytest_cache
 

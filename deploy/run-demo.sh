@@ -14,9 +14,12 @@ RW_DEMO_KEY="${RW_DEMO_KEY:-demo-$RANDOM$RANDOM$RANDOM}"
 RW_GATEWAY_URL="http://127.0.0.1:$GATEWAY_PORT"
 export RW_DEMO_KEY RW_GATEWAY_URL
 digest="$(printf %s "$RW_DEMO_KEY" | sha256sum | cut -d' ' -f1)"
+# Its output goes to a file: a gateway left running (KEEP_SERVICES) must not hold the caller's pipe.
+gateway_log="${TMPDIR:-/tmp}/reasonwire-demo-gateway-$$.log"
 RW_GATEWAY_KEYS="{\"keys\":[{\"sha256\":\"$digest\",\"tenant\":\"demo\",\"audiences\":[\"public\",\"internal\"]}]}" \
-    "$VENV/bin/reasonwire" gateway --port "$GATEWAY_PORT" &
+    "$VENV/bin/reasonwire" gateway --port "$GATEWAY_PORT" >"$gateway_log" 2>&1 </dev/null &
 gateway=$!
+echo "gateway log: $gateway_log" >&2
 
 "$VENV/bin/reasonwire" demo
 rc=$?

@@ -1,12 +1,22 @@
 """The ``reasonwire`` command line: the sans-I/O core offline, and the worker entry points.
 
 ``reasonwire translate --provider GRAMMAR [FILE|-]`` reads one provider event per
-line (or a raw SSE capture), writes AG-UI 1.0 events as JSONL to stdout, and
+line (or a raw SSE capture), writes AG-UI 1.0 events as JSONL to stdout as each
+input line arrives (so ``… | reasonwire translate`` follows a live stream), and
 with ``--artefacts PATH`` the artefact records as JSONL. Warnings go to stderr
-without content (P8). Exit status: 0 when the input was translated (an
-interrupted or provider-failed run is still a translation), 1 when an event was
-malformed (R7: the run ends with ``RUN_ERROR`` and the line is named), 2 for
-unusable arguments or unreadable input.
+without content (P8).
+
+Anything a user can get wrong — arguments, input, paths, settings, a service
+that is down — ends with one line on stderr and an exit status, never a
+traceback (:mod:`workers.errors`). Exit statuses, every command:
+
+* 0 — done (an interrupted or provider-failed run is still a translation);
+* 1 — ``translate``: an event was malformed (R7: the run ends with ``RUN_ERROR``
+  and the line is named); ``replay``: the provider would reject what is left;
+* 2 — unusable arguments, input, path or configuration (an ``RW_*`` value, the
+  policy file): input with no events, a stream of another grammar;
+* 3 — a service (the Kafka broker, Redis) is unreachable;
+* 130 — interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -15,18 +25,29 @@ import argparse
 import hashlib
 import io
 import os
+import stat
 import sys
-from collections.abc import Sequence
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import BinaryIO
+
+import orjson
 
 from contracts.grammars import Grammar
 from workers import ingress_cli
 from workers.core.translator import Translation, Translator
 from workers.core.wire import event_json, record_json
 from workers.gateway import command as gateway_command
+from workers.errors import UserError
 from workers.replay import command as replay_command
 from workers.sse import ProviderEvent, read_events
+from workers.settings import WorkerSettings, settings_help
 from workers.translators import implemented, translator_for
+
+REPEATS_SHOWN = 10
+"""``translate`` names this many warnings of one kind line by line, then only counts them (said at the end)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,13 +58,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.command(args))
+    except UserError as exc:
+        print(f"reasonwire: error: {exc}", file=sys.stderr)
+        return exc.exit_status
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, like other filters
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("reasonwire")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reasonwire", description="Reasoning backbone: provider streams → AG-UI.")
+    parser.add_argument("--version", action="version", version=f"reasonwire {_version()}")
     sub = parser.add_subparsers()
     tr = sub.add_parser("translate", help="translate one provider stream to AG-UI events (offline)")
     tr.add_argument("--provider", required=True, choices=[g.value for g in Grammar], help="the stream's grammar")
@@ -56,14 +92,15 @@ def _parser() -> argparse.ArgumentParser:
     tr.set_defaults(command=_translate)
     rp = sub.add_parser("replay", help="the next request's provider-native history from a client's AG-UI history")
     replay_command.add_arguments(rp)
-    rp.set_defaults(command=replay_command.run)
+    rp.set_defaults(command=_replay)
+    with_settings = {"epilog": settings_help(), "formatter_class": argparse.RawDescriptionHelpFormatter}
     worker = sub.add_parser("worker", help="run a Kafka worker (configured from the environment)")
     worker_sub = worker.add_subparsers(required=True)
-    normalize = worker_sub.add_parser("normalize", help="reasoning.raw.v1 → AG-UI events, artefacts in Redis")
+    normalize = worker_sub.add_parser("normalize", help="reasoning.raw.v1 → AG-UI events, artefacts in Redis", **with_settings)
     normalize.set_defaults(command=_normalize)
-    replay_worker = worker_sub.add_parser("replay", help="reasoning.replay.requests.v1 → replies (request/reply)")
+    replay_worker = worker_sub.add_parser("replay", help="reasoning.replay.requests.v1 → replies (request/reply)", **with_settings)
     replay_worker.set_defaults(command=_replay_worker)
-    erase = sub.add_parser("erase", help="remove every stored artefact of a thread (REDIS_URL)")
+    erase = sub.add_parser("erase", help="remove every stored artefact of a thread (REDIS_URL)", **with_settings)
     erase.add_argument("--tenant", default="default")
     erase.add_argument("--thread", required=True, help="thread id")
     erase.set_defaults(command=_erase)
@@ -73,13 +110,38 @@ def _parser() -> argparse.ArgumentParser:
     gateway = sub.add_parser("gateway", help="AG-UI over HTTP/SSE: run events, HttpAgent endpoint, HTTP ingress, viewer")
     gateway_command.add_arguments(gateway)
     gateway.set_defaults(command=gateway_command.run)
-    demo = sub.add_parser("demo", help="the whole pipeline on the sample streams (needs Kafka and Redis)")
+    demo = sub.add_parser("demo", help="the whole pipeline on the sample streams (needs Kafka and Redis)", **with_settings)
     demo.set_defaults(command=_demo)
     from workers import topics_command
 
     topics_command.add_topics_arguments(sub.add_parser("topics", help="the topic plan: print it, or create/check the topics"))
     topics_command.add_asyncapi_arguments(sub.add_parser("asyncapi", help="write the AsyncAPI 3.0 document of every topic"))
     return parser
+
+
+# -- commands that need the services ---------------------------------------------------
+
+
+def _with_services(body: Callable[[WorkerSettings], int], *, kafka: bool = True, redis: bool = True) -> int:
+    """Settings validated, the services checked (bounded), then ``body(settings)``; a connection
+    lost later, or a path the command cannot write, is still one line (:class:`UserError`)."""
+    import asyncio
+
+    from workers.logs import install
+    from workers.preflight import check_services, service_failure
+
+    install()  # before any consumer joins a group: its start-up transient is not an ERROR
+    settings = WorkerSettings.from_env()
+    asyncio.run(check_services(settings, kafka=kafka, redis=redis))
+    try:
+        return body(settings)
+    except Exception as exc:
+        failure = service_failure(exc, settings)
+        if failure is None and isinstance(exc, OSError) and exc.filename is not None:
+            failure = UserError(f"cannot use {exc.filename}: {exc.strerror}")
+        if failure is None:
+            raise
+        raise failure from None
 
 
 def _erase(args: argparse.Namespace) -> int:
@@ -89,90 +151,187 @@ def _erase(args: argparse.Namespace) -> int:
 
     from redis.asyncio import Redis
 
-    from workers.settings import WorkerSettings
     from workers.store import ArtefactStore
 
-    async def erase() -> dict[str, list[str]]:
-        settings = WorkerSettings.from_env()
-        redis = Redis.from_url(settings.redis_url)
-        try:
-            store = ArtefactStore(redis, artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
-            return await store.erase_thread(args.tenant, args.thread)
-        finally:
-            await redis.aclose()
+    def erase(settings: WorkerSettings) -> int:
+        async def go() -> dict[str, list[str]]:
+            redis = Redis.from_url(settings.redis_url)
+            try:
+                store = ArtefactStore(redis, artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
+                return await store.erase_thread(args.tenant, args.thread)
+            finally:
+                await redis.aclose()
 
-    removed = asyncio.run(erase())
-    print(json.dumps({"tenant": args.tenant, "thread": args.thread, "removed_artefacts": removed["artefacts"], "removed_journals": removed["journals"]}))
-    return 0
+        removed = asyncio.run(go())
+        print(json.dumps({"tenant": args.tenant, "thread": args.thread, "removed_artefacts": removed["artefacts"], "removed_journals": removed["journals"]}))
+        return 0
+
+    return _with_services(erase, kafka=False)
 
 
 def _demo(args: argparse.Namespace) -> int:
     from workers.demo import main as demo_main
 
-    return demo_main()
+    return _with_services(lambda settings: demo_main())
 
 
 def _normalize(args: argparse.Namespace) -> int:
     from workers.normalize import run  # imported here: `translate` needs no Kafka client
 
-    run()
-    return 0
+    return _with_services(lambda settings: run(settings) or 0)
 
 
 def _replay_worker(args: argparse.Namespace) -> int:
     from workers.replay_worker import run  # imported here: `replay` needs no Kafka client
 
-    run()
-    return 0
+    return _with_services(lambda settings: run(settings) or 0)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    return int(replay_command.run(args))
+
+
+# -- translate ----------------------------------------------------------------------------
 
 
 def _translate(args: argparse.Namespace) -> int:
     if Grammar(args.provider) not in implemented():
-        print(f"reasonwire: no translator for {args.provider!r} yet", file=sys.stderr)
-        return 2
+        raise UserError(f"no translator for {args.provider!r} yet")
+    source = _open_input(args.input)
+    artefacts = None
     try:
-        source = (
-            io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="strict")
-            if args.input == "-"
-            else open(args.input, encoding="utf-8")  # noqa: SIM115
+        artefacts = _open_for_writing(args.artefacts) if args.artefacts else None
+        digest = _capture_digest(source, args.input)
+        translator = translator_for(
+            args.provider,
+            run_id=args.run_id,
+            thread_id=args.thread_id,
+            model=args.model,
+            issuer_scope=args.issuer_scope,
+            # grammars whose stream names no response (Bedrock) still get a run id per capture
+            fallback_run_id="run-" + digest,
         )
-    except OSError as exc:
-        print(f"reasonwire: cannot read {args.input}: {exc.strerror}", file=sys.stderr)
-        return 2
-    try:
-        with source:
-            events = list(read_events(source))
-    except UnicodeDecodeError as exc:
-        print(f"reasonwire: {args.input} is not UTF-8 text ({exc.reason} at byte {exc.start})", file=sys.stderr)
-        return 2
-    translator = translator_for(
-        args.provider,
-        run_id=args.run_id,
-        thread_id=args.thread_id,
-        model=args.model,
-        issuer_scope=args.issuer_scope,
-        # grammars whose stream names no response (Bedrock) still get a run id per capture
-        fallback_run_id="run-" + hashlib.sha256(b"\n".join(e.data for e in events)).hexdigest()[:16],
-    )
-    artefacts = open(args.artefacts, "wb") if args.artefacts else None  # noqa: SIM115
-    try:
-        return _run(translator, events, sys.stdout.buffer, artefacts)
+        text = io.TextIOWrapper(source, encoding="utf-8-sig", errors="strict")
+        try:
+            return _run(translator, read_events(text), sys.stdout.buffer, artefacts)
+        except UnicodeDecodeError as exc:
+            raise UserError(f"{_name(args.input)} is not UTF-8 text ({exc.reason} at byte {exc.start} of a read)") from None
     finally:
+        source.close()
         if artefacts is not None:
             artefacts.close()
 
 
-def _run(translator: Translator, events: list[ProviderEvent], out: BinaryIO, artefacts: BinaryIO | None) -> int:
-    status = 0
+def _open_for_writing(path: str) -> BinaryIO:
+    """Opened before any input is read: a path that cannot be written fails before any output."""
+    try:
+        return open(path, "wb")  # noqa: SIM115
+    except OSError as exc:
+        raise UserError(f"cannot write --artefacts {path}: {exc.strerror}") from None
+
+
+def _open_input(name: str) -> BinaryIO:
+    if name == "-":
+        return os.fdopen(os.dup(sys.stdin.fileno()), "rb", buffering=0)  # unbuffered: a line is handled as it arrives
+    try:
+        return open(name, "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise UserError(f"cannot read {name}: {exc.strerror}") from None
+
+
+def _capture_digest(source: BinaryIO, name: str) -> str:
+    """A run id seed for streams that name none (Bedrock): the events of a capture file, as
+    before streaming; a live stream (a pipe) cannot be read ahead, so it gets a random one."""
+    if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
+        return uuid.uuid4().hex[:16]
+    data = source.read()
+    source.seek(0)
+    try:
+        events = list(read_events(io.StringIO(data.decode("utf-8-sig"), newline=None)))
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{_name(name)} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return hashlib.sha256(b"\n".join(e.data for e in events)).hexdigest()[:16]
+
+
+def _name(input_name: str) -> str:
+    return "stdin" if input_name == "-" else input_name
+
+
+@dataclass
+class _Progress:
+    """What ``translate`` has seen: output is held only while no event of the stream was recognised."""
+
+    events: int = 0
+    recognised: bool = False
+    first_type: str | None = None
+    first: ProviderEvent | None = None
+    held: list[tuple[Translation, int | None]] = field(default_factory=list)
+    warnings: Counter[str] = field(default_factory=Counter)
+    """Warnings met per code: each code is named :data:`REPEATS_SHOWN` times, then only counted."""
+    status: int = 0
+
+
+def _run(translator: Translator, events: Iterable[ProviderEvent], out: BinaryIO, artefacts: BinaryIO | None) -> int:
+    """Feed each event as it is read and write its output at once (flushed per line).
+
+    Until an event is recognised (handled, or rejected as malformed), the output (``RUN_STARTED``)
+    and unknown-event warnings are held: a stream of another grammar then ends with one line,
+    "this is not an X stream", and exit 2 — never with an invented run. A stream with no event at
+    all says so (exit 2)."""
+    progress = _Progress()
     for event in events:
+        progress.events += 1
+        if progress.first_type is None:
+            progress.first_type = _event_type(event)
         translation = translator.feed(event.data, sse_event=event.sse_event)
-        status = max(status, _emit(translation, out, artefacts, input_line=event.line))
-    status = max(status, _emit(translator.finish(), out, artefacts, input_line=None))
+        if not progress.recognised:
+            if _unrecognised(translation):
+                progress.first = progress.first or event
+                progress.held.append((translation, event.line))
+                continue
+            if translation.rejection is not None and not progress.held and (other := _reads_as(event, translator.grammar)):
+                raise UserError(_not_this_grammar(translator.grammar, progress.first_type, other))  # e.g. Anthropic given as Bedrock
+            progress.recognised = True
+            for held, line in progress.held:
+                _emit(held, out, artefacts, input_line=line, progress=progress)
+            progress.held.clear()
+        _emit(translation, out, artefacts, input_line=event.line, progress=progress)
+        out.flush()
+    if progress.events == 0:
+        raise UserError("input held no events")
+    if not progress.recognised:
+        other = _reads_as(progress.first, translator.grammar) if progress.first else None
+        raise UserError(_not_this_grammar(translator.grammar, progress.first_type, other))
+    _emit(translator.finish(), out, artefacts, input_line=None, progress=progress)
+    for code, count in progress.warnings.items():
+        if count > REPEATS_SHOWN:
+            print(f"reasonwire: warning: {count - REPEATS_SHOWN} more {code} warnings not shown", file=sys.stderr)
     out.flush()
-    return status
+    return progress.status
 
 
-def _emit(translation: Translation, out: BinaryIO, artefacts: BinaryIO | None, *, input_line: int | None) -> int:
+def _unrecognised(translation: Translation) -> bool:
+    return translation.rejection is None and any(w.code == "unknown_event" for w in translation.warnings)
+
+
+def _reads_as(event: ProviderEvent, grammar: Grammar) -> str | None:
+    """The other grammar whose translator handles ``event`` (pure: a throw-away translator each),
+    to tell a user which ``--provider`` the stream is; None if none does."""
+    for other in implemented():
+        if other is not grammar:
+            translation = translator_for(other).feed(event.data, sse_event=event.sse_event)
+            if translation.rejection is None and not _unrecognised(translation):
+                return other.value
+    return None
+
+
+def _not_this_grammar(grammar: Grammar, first_type: str | None, other: str | None) -> str:
+    article = "an" if grammar.value[0] in "aeiou" else "a"
+    hint = f"; it reads as {other}" if other else ""
+    return f"this is not {article} {grammar.value} stream (no event recognised; first event type: {first_type}{hint})"
+
+
+def _emit(translation: Translation, out: BinaryIO, artefacts: BinaryIO | None, *, input_line: int | None, progress: _Progress) -> None:
     for event in translation.events:
         out.write(event_json(event) + b"\n")
     if artefacts is not None:
@@ -180,11 +339,29 @@ def _emit(translation: Translation, out: BinaryIO, artefacts: BinaryIO | None, *
             artefacts.write(record_json(record) + b"\n")
     where = f"input line {input_line}" if input_line is not None else "end of input"
     for warning in translation.warnings:
+        progress.warnings[warning.code] += 1
+        if progress.warnings[warning.code] > REPEATS_SHOWN:
+            continue
         print(f"reasonwire: warning: {where}: {warning.message}", file=sys.stderr)
     if translation.rejection is not None:
         print(f"reasonwire: error: {where}: {translation.rejection.reason}", file=sys.stderr)
-        return 1
-    return 0
+        progress.status = max(progress.status, 1)
+
+
+def _event_type(event: ProviderEvent) -> str:
+    """The first event's type as a user would recognise it (its name only, never its content, P8)."""
+    if event.sse_event:
+        return repr(event.sse_event[:60])
+    try:
+        obj = orjson.loads(event.data)
+    except orjson.JSONDecodeError:
+        return "not JSON"
+    if not isinstance(obj, dict):
+        return f"a JSON {type(obj).__name__}, not an object"
+    for key in ("type", "event_type"):
+        if isinstance(obj.get(key), str):
+            return repr(obj[key][:60])
+    return f"an object with keys {', '.join(repr(k[:40]) for k in list(obj)[:3])}" if obj else "an empty object"
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import Any
 
 import orjson
@@ -44,8 +43,6 @@ from workers.telemetry.replay import ReplayTelemetry
 
 log = logging.getLogger("reasonwire.replay")
 
-GROUP_ENV = "RW_REPLAY_GROUP_ID"
-"""Consumer group of the replay workers (default ``reasonwire-replay``); replicas share it."""
 
 
 def parse_request(raw: bytes) -> ReplayRequest | ReplayReply:
@@ -167,7 +164,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
 
     @broker.subscriber(
         topics.REPLAY_REQUESTS,
-        group_id=os.environ.get(GROUP_ENV, "reasonwire-replay"),
+        group_id=settings.replay_group_id,
         auto_offset_reset="latest",
         ack_policy=AckPolicy.NACK_ON_ERROR,
     )

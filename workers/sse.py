@@ -6,6 +6,7 @@ sequence of ``(line_number, sse_event_name, data_payload)`` the translator is fe
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -52,7 +53,7 @@ def _read_sse(first: list[tuple[int, str]], rest: Iterator[tuple[int, str]]) -> 
         if data and data != ["[DONE]"]:  # [DONE] is a transport sentinel, not an event
             yield ProviderEvent(start, "\n".join(data).encode(), event)
 
-    for number, raw in [*first, *((n, line.rstrip("\r\n")) for n, line in rest)]:
+    for number, raw in itertools.chain(first, ((n, line.rstrip("\r\n")) for n, line in rest)):  # lazily: a live stream
         if not raw:
             yield from pending()
             event, data = None, []

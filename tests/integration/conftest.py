@@ -35,6 +35,7 @@ from workers.ingress import OutgoingRecord
 from workers.normalize import ensure_topics
 from workers.redis_connect import connect
 from workers.settings import WorkerSettings
+from workers.store import EPOCH_KEY, ArtefactStore
 
 ROOT = Path(__file__).resolve().parents[2]
 # Topics are created by a worker only with RW_CREATE_TOPICS=true (issue 16): the tests' own
@@ -122,6 +123,7 @@ def settings(services: dict[str, str]) -> WorkerSettings:
         group_id=f"rw-test-{uuid.uuid4().hex[:8]}",
         partitions=PARTITIONS,
         inactivity_timeout_s=30,
+        health_port=0,  # in-process workers: no probe server (tests that want one set a spare port)
     )
 
 
@@ -143,7 +145,20 @@ def primed_group(settings: WorkerSettings) -> WorkerSettings:
             await consumer.stop()
 
     asyncio.run(prime())
+    asyncio.run(fresh_store_epoch(settings.redis_url))
     return settings
+
+
+async def fresh_store_epoch(redis_url: str) -> None:
+    """A new, not-lost store epoch on the test Redis. Priming commits the group's offsets, and
+    a worker that then finds no epoch would rightly take the store for one that lost its data
+    (docs/reliability.md) — and so would every worker after a test that wiped the epoch."""
+    redis = Redis.from_url(redis_url)
+    try:
+        await redis.delete(EPOCH_KEY)
+        await ArtefactStore(redis, artefact_ttl_s=60, journal_ttl_s=60).claim_epoch(lost=False)
+    finally:
+        await redis.aclose()
 
 
 class WorkerProcess:

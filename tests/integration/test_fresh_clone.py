@@ -51,7 +51,6 @@ def clone_env(clone: Path, settings: WorkerSettings, state: Path) -> tuple[dict[
         "RW_GROUP_ID": settings.group_id,  # the primed test group: no backlog of earlier sessions
         "RW_PARTITIONS": str(settings.partitions),
         "RW_STATE": str(state),  # whatever services.sh does, it does it in a folder of this test
-        "KEEP_SERVICES": "1",
     }
     venv = Path(sys.executable).parent.parent
     if os.environ.get("RW_FRESH_CLONE_INSTALL") or not (venv / "bin" / "reasonwire").exists():
@@ -86,9 +85,12 @@ def test_make_run_in_a_fresh_clone_publishes_the_in_repo_samples_through_the_bro
             assert re.search(rf"^demo-\w+{run}\s+#\s*\d+ REASONING_ENCRYPTED_VALUE .*not shown", done.stdout, re.M), (grammar, case)
             assert re.search(rf"^demo-\w+{run}\s+#\s*\d+ RUN_FINISHED$", done.stdout, re.M), (grammar, case)
     # and the artefacts the worker stored in Redis, as a table: one row per sample, no values
-    table = done.stdout.split("artefacts stored in Redis", 1)[1].splitlines()[1:]
+    table = done.stdout.split("artefacts stored in Redis", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
     assert table[0].split() == ["sample", "entity", "kind", "subtype", "bytes", "sha256", "complete"]
     assert sorted(line.split()[0] for line in table[1:] if line.strip()) == sorted(f"{g}/{c}" for g in GRAMMARS for c in SAMPLE_CASES)
+    # and where to watch each run: the viewer of the gateway make run started (issue 15)
+    viewers = re.findall(r"^  (http://127\.0\.0\.1:\d+/v1/viewer\?thread=\S+&run=(\S+)&audience=\w+)#key=\S+$", done.stdout, re.M)
+    assert sorted(run.split("-", 2)[2] for _, run in viewers) == sorted(f"{g}-{c}" for g in GRAMMARS for c in SAMPLE_CASES)
     values = [json_value for path in clone.glob("tests/fixtures/*/[ab]_*.expected.json") for json_value in _opaque_values(path)]
     assert values and not any(v in output for v in values)  # P8: described, never printed
 

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -17,7 +18,7 @@ import pytest
 from redis.asyncio import Redis
 
 from contracts.store import journal_key
-from tests.integration.conftest import Collector, send
+from tests.integration.conftest import Collector, fresh_store_epoch, send
 from workers.core.normalizer import JournalEntry, RunKey, Step
 from workers.ingress import RunEnvelope, raw_records
 from workers.normalize import create_app
@@ -29,6 +30,13 @@ from workers.telemetry import setup_telemetry
 pytestmark = pytest.mark.integration
 
 FIXTURE = "tests/fixtures/openai-responses/c_interleaved_reasoning_tool_calls.jsonl"
+
+
+@pytest.fixture(autouse=True)
+def _epoch_restored_afterwards(primed_group: WorkerSettings) -> Iterator[None]:
+    """These tests wipe the shared test Redis's epoch: later tests get a fresh, not-lost one."""
+    yield
+    asyncio.run(fresh_store_epoch(primed_group.redis_url))
 
 
 async def test_claiming_the_epoch_is_idempotent_and_a_missing_epoch_is_detected(redis: Redis) -> None:
@@ -84,7 +92,7 @@ async def test_a_run_whose_journal_vanished_is_not_renumbered_after_a_restart(pr
         await send(producer, records[half:])
         rest = {r.key for r in records[half:]}
         async with Collector(settings.kafka_bootstrap_servers) as c:
-            lost = lambda c: sum(1 for k, _, h in c.dlq if k in rest and h.get("rw-dlq-reason", "").startswith("store_lost"))  # noqa: E731
+            lost = lambda c: sum(1 for k, _, h in c.dlq if k in rest and h.get("rw-dlq-code") == "store_lost")  # noqa: E731
             # either every later record is dead-lettered, or (the old worker) the run was rebuilt and ended
             with contextlib.suppress(AssertionError):  # the old worker dead-letters nothing: judged below
                 await c.until(lambda c: lost(c) >= len(records) - half, timeout=45)

@@ -42,8 +42,15 @@ def offline_first(step: list[str | Path], fill: list[str | Path], cwd: Path) -> 
     if run(*step, cwd=cwd, env=offline, check=False).returncode == 0:
         return
     WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+    _forget_our_wheels()  # pip download would take a same-named older build for this one, and its old requirements
     run(sys.executable, "-m", "pip", "download", "--quiet", "--dest", WHEELHOUSE, *fill, cwd=cwd)
+    _forget_our_wheels()  # the wheelhouse holds dependencies only: the wheel under test is always the one just built
     run(*step, cwd=cwd, env=offline)
+
+
+def _forget_our_wheels() -> None:
+    for old in WHEELHOUSE.glob("reasonwire-*.whl"):
+        old.unlink()
 
 
 @pytest.fixture(scope="module")

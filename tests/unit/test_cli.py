@@ -74,3 +74,69 @@ def test_warnings_carry_no_content_P8() -> None:
     assert done.returncode == 0
     assert b"unknown anthropic-messages event type 'mystery'" in done.stderr
     assert b"EpQDCkgIBhAB" not in done.stderr
+
+
+# -- issue 14, CLI items 15–16 ------------------------------------------------------------
+
+
+def test_translate_reads_a_capture_with_a_utf8_bom_issue14_item15(tmp_path: Path) -> None:
+    """Editors on Windows save UTF-8 with a byte-order mark; it is not part of the first event."""
+    from tests.unit.test_cli_errors import STREAM
+
+    capture = tmp_path / "bom.jsonl"
+    capture.write_bytes(b"\xef\xbb\xbf" + STREAM)
+    plain = _translate("--provider", "anthropic-messages", "-", stdin=STREAM)
+    for done in (_translate("--provider", "anthropic-messages", str(capture)), _translate("--provider", "anthropic-messages", "-", stdin=b"\xef\xbb\xbf" + STREAM)):
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == plain.stdout
+        assert json.loads(done.stdout.splitlines()[-1])["type"] == "RUN_FINISHED"
+
+
+def test_translate_emits_each_event_as_its_line_arrives_issue14_item16() -> None:
+    """`… | reasonwire translate` follows a live stream: the output of a line is readable before
+    the next line is written (stdin still open), within a timeout."""
+    import select
+
+    from tests.unit.test_cli_errors import STREAM, reasonwire
+
+    lines = STREAM.split(b"\n")
+    proc = subprocess.Popen([*reasonwire(), "translate", "--provider", "anthropic-messages", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        seen: list[str] = []
+        for line, expected in [(lines[0], "RUN_STARTED"), (lines[1], "REASONING_START")]:  # each line's first output
+            proc.stdin.write(line + b"\n")
+            proc.stdin.flush()
+            assert select.select([proc.stdout], [], [], 30)[0], f"no output for {expected} while stdin is open"
+            seen.append(json.loads(proc.stdout.readline())["type"])
+            assert seen[-1] == expected
+        proc.stdin.write(b"\n".join(lines[2:]) + b"\n")
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+    assert json.loads(rest.splitlines()[-1])["type"] == "RUN_FINISHED"
+
+
+def test_translate_follows_a_live_sse_capture_too_issue14_item16() -> None:
+    """Raw SSE (`event:` / `data:` / blank line): an event is emitted once its blank line arrives."""
+    import select
+
+    from tests.unit.test_cli_errors import STREAM, reasonwire
+
+    frames = [f"event: {json.loads(line)['type']}\ndata: {line.decode()}\n\n".encode() for line in STREAM.split(b"\n")]
+    proc = subprocess.Popen([*reasonwire(), "translate", "--provider", "anthropic-messages", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(frames[0])
+        proc.stdin.flush()
+        assert select.select([proc.stdout], [], [], 30)[0], "no output for the first SSE event while stdin is open"
+        assert json.loads(proc.stdout.readline())["type"] == "RUN_STARTED"
+        proc.stdin.write(b"".join(frames[1:]))
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+    assert json.loads(rest.splitlines()[-1])["type"] == "RUN_FINISHED"

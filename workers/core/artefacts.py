@@ -19,7 +19,7 @@ that needs it), and never replaces a real value held for the same unit.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,10 @@ class HeldArtefact:
     entity_id: str
     value: str
     native: NativeBlock
+    refresh: Callable[[], dict[str, Any]] | None = None
+    """``native`` fields that keep growing while the unit is open (Bedrock's reasoning text):
+    computed once, when the record is made, instead of on every value that arrives (which
+    made a stream of many signatures quadratic)."""
 
 
 class ArtefactLedger:
@@ -81,8 +85,10 @@ class ArtefactLedger:
         if held is None:
             unsigned = self._unsigned.pop(key, None)
             if unsigned is not None:
+                _refresh(unsigned)
                 self._records.append(self._record(unsigned, complete=False))
             return
+        _refresh(held)
         for name, value in native_updates.items():  # the held block is ours alone: fill it in place
             setattr(held.native, name, value)
         self.emit(held)
@@ -98,6 +104,7 @@ class ArtefactLedger:
     def abandon_all(self) -> None:
         """The run ended with units open: keep their values as incomplete records."""
         for held in [*self._held.values(), *self._unsigned.values()]:
+            _refresh(held)
             self._records.append(self._record(held, complete=False))
         self._held.clear()
         self._unsigned.clear()
@@ -116,3 +123,9 @@ class ArtefactLedger:
             thread_id=self._run.thread_id,
             complete=complete,
         )
+
+
+def _refresh(held: HeldArtefact) -> None:
+    if held.refresh is not None:
+        for name, value in held.refresh().items():
+            setattr(held.native, name, value)

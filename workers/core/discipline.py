@@ -33,11 +33,17 @@ Tool calls whose arguments are not complete JSON when a run fails are left
 unterminated rather than ended: ``TOOL_CALL_END`` asserts the arguments are
 whole (AGUI204), and an interrupted call's arguments are not. They are listed
 on the ``RUN_ERROR`` metadata instead (``reasonwire.incompleteToolCallIds``).
+The same holds when the provider *ends* a call whose arguments are cut off (a
+block that stops at ``max_tokens`` mid-arguments): the call is set aside
+unterminated, and since AG-UI can neither end it nor finish a run with it open,
+the run cannot end with ``RUN_FINISHED`` — the translator ends it with
+``RUN_ERROR`` (see :meth:`StreamDiscipline.cut_off_tool_calls`). A call that
+streamed no arguments at all is a no-argument call and ends normally.
+Completeness is strict JSON within ``workers.core.limits.MAX_NESTING``.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -47,6 +53,7 @@ from contracts.artefacts import ArtefactSubtype
 from workers.core import events as ev
 from workers.core.events import WireEvent
 from workers.core.surrogates import REPLACEMENT, split_high, whole
+from workers.core.limits import complete_json
 
 METADATA_KEY = "reasonwire"
 """Our namespace inside AG-UI ``metadata`` (the key ``ag-ui`` is reserved by the protocol)."""
@@ -70,6 +77,7 @@ class _OpenUnit:
     parent: Hashable | None = None
     args: list[str] = field(default_factory=list)  # tool calls only: to judge completeness
     half: str = ""  # a high surrogate waiting for its partner in the next delta
+    children: list[Hashable] = field(default_factory=list)  # spans only: their reasoning messages' keys
 
 
 class RunPhase(Enum):
@@ -87,6 +95,8 @@ class StreamDiscipline:
         self.phase = RunPhase.NOT_STARTED
         self._open: dict[Hashable, _OpenUnit] = {}
         self._used_ids: set[str] = set()
+        self._cut_off: list[str] = []
+        """Tool calls the provider ended with arguments that are not complete JSON (never ``END``ed)."""
         self._out: list[WireEvent] = []
         self.reasoning_messages = 0
         self.tool_calls = 0
@@ -162,11 +172,18 @@ class StreamDiscipline:
             raise DisciplineViolation(f"run {self.run_id!r} already ended")
         if self.phase is RunPhase.NOT_STARTED:
             self.start_run()
-        incomplete = self._close_all(abnormal=True)
+        incomplete = self._cut_off + self._close_all(abnormal=True)
         extra = dict(metadata or {})
         if incomplete:
             extra["incompleteToolCallIds"] = incomplete
         self._out.append(ev.run_error(message, code, usage=usage, metadata=_meta(extra)))
+        self.phase = RunPhase.ENDED
+
+    def abandon_with_error(self, *, message: str, code: str) -> None:
+        """Last resort when this bookkeeping itself is broken (the translator's safety net):
+        drop what was not handed over yet and end with a bare ``RUN_ERROR``. Units left open
+        are the debris of a failed run, which AG-UI tolerates after ``RUN_ERROR``."""
+        self._out = [ev.run_error(message, code, usage=None, metadata=None)]
         self.phase = RunPhase.ENDED
 
     # -- spans and reasoning messages (R1, R2) ---------------------------------
@@ -177,8 +194,10 @@ class StreamDiscipline:
 
     def close_span(self, key: Hashable) -> None:
         span = self._unit(key, UnitKind.SPAN)
-        for child_key in [k for k, u in self._open.items() if u.parent == key]:
-            self._close(child_key)
+        for child_key in span.children:  # its own messages only: never a scan of every open unit
+            child = self._open.get(child_key)
+            if child is not None and child.parent == key:
+                self._close(child_key)
         del self._open[key]
         self._out.append(ev.reasoning_end(span.agui_id, None))
 
@@ -190,8 +209,9 @@ class StreamDiscipline:
         span: Hashable,
         metadata: dict[str, Any] | None = None,
     ) -> None:
-        self._unit(span, UnitKind.SPAN)
+        parent = self._unit(span, UnitKind.SPAN)
         self._open_unit(key, _OpenUnit(UnitKind.REASONING, message_id, parent=span))
+        parent.children.append(key)
         self.reasoning_messages += 1
         self._out.append(ev.reasoning_message_start(message_id, _meta(metadata)))
 
@@ -247,6 +267,8 @@ class StreamDiscipline:
         parent_message_id: str | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> None:
+        if not tool_call_id or not name:  # AG-UI requires both; an empty one names nothing (R7)
+            raise DisciplineViolation(f"tool call {key!r} needs a non-empty id and name")
         self._open_unit(key, _OpenUnit(UnitKind.TOOL_CALL, tool_call_id))
         self.tool_calls += 1
         self._out.append(ev.tool_call_start(tool_call_id, name, parent_message_id, _meta(metadata)))
@@ -262,8 +284,24 @@ class StreamDiscipline:
             self._out.append(ev.tool_call_args(unit.agui_id, delta))
 
     def end_tool_call(self, key: Hashable, *, incomplete: bool = False) -> None:
-        self._unit(key, UnitKind.TOOL_CALL)
+        """``TOOL_CALL_END`` — unless the arguments are cut off: then the call is set aside
+        unterminated (AGUI204) and the run can only end in ``RUN_ERROR``."""
+        unit = self._unit(key, UnitKind.TOOL_CALL)
+        if unit.args and not complete_json("".join(unit.args)):
+            del self._open[key]
+            self._cut_off.append(unit.agui_id)
+            return
         self._close(key, incomplete=incomplete)
+
+    def cut_off_tool_calls(self) -> list[str]:
+        """Tool calls that keep the run from finishing: ended with cut-off arguments, or
+        still open with arguments that are not complete JSON. Empty when it can finish."""
+        still_open = [
+            u.agui_id
+            for u in self._open.values()
+            if u.kind is UnitKind.TOOL_CALL and u.args and not complete_json("".join(u.args))
+        ]
+        return self._cut_off + still_open
 
     # -- internals --------------------------------------------------------------
 
@@ -304,7 +342,7 @@ class StreamDiscipline:
         left_open: list[str] = []
         for key in reversed(list(self._open)):
             unit = self._open[key]
-            if abnormal and unit.kind is UnitKind.TOOL_CALL and not _is_json("".join(unit.args)):
+            if abnormal and unit.kind is UnitKind.TOOL_CALL and not complete_json("".join(unit.args)):
                 del self._open[key]
                 left_open.append(unit.agui_id)
                 continue
@@ -332,14 +370,6 @@ def _join(unit: _OpenUnit, delta: str) -> str:
     and surrogate pairs joined into their characters (``workers.core.surrogates``)."""
     text, unit.half = split_high(unit.half + delta)
     return whole(text)
-
-
-def _is_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _meta(values: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from workers.core.limits import MAX_TOKEN_COUNT
+
 
 class ProviderGrammarError(Exception):
     """A provider stream broke its own grammar (R7): the run ends with ``RUN_ERROR``.
@@ -47,14 +49,15 @@ def optional(obj: Any, key: str, kind: type | tuple[type, ...], *, where: str) -
 def token_count(usage: Any, key: str, *, where: str, absent: int | None = None) -> int | None:
     """A provider token count: a non-negative integer, or ``absent`` when the field is missing.
 
-    A count that is present but not a count (a string, a negative number, a bool) is a
-    malformed known event (R7), never silently read as 0 or as unknown.
+    A count that is present but not a count (a string, a negative number, a bool, or one
+    beyond AG-UI's range ``0 … 2^53−1``, ``workers.core.limits``) is a malformed known event
+    (R7), never silently read as 0 or as unknown, nor clamped to a number nobody reported.
     """
     if not (type(usage) is dict or isinstance(usage, Mapping)):
         return absent
     value = usage.get(key)
     if value is None:
         return absent
-    if type(value) is not int and (not isinstance(value, int) or isinstance(value, bool)) or value < 0:
+    if type(value) is not int and (not isinstance(value, int) or isinstance(value, bool)) or not 0 <= value <= MAX_TOKEN_COUNT:
         raise ProviderGrammarError(f"{where}: field {key!r} is not a token count")
     return value

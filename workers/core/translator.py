@@ -35,6 +35,18 @@ Everything every grammar does the same way lives in this class, once:
   by the ledger, never replayed;
 * a terminal event that *cut* the output (a token limit) finishes the run with
   ``truncated=True``: what it closes carries the ``incomplete`` marker.
+* explicit limits on hostile input (``workers.core.limits``): an event nested
+  deeper than ``MAX_NESTING`` is malformed (R7); a usage total the provider's
+  counts add up to beyond AG-UI's range (0 … 2^53−1) is left out of
+  ``TokenUsage`` with a ``usage_out_of_range`` warning (each count itself is
+  checked by ``workers.core.errors.token_count``);
+* a run whose provider ended a tool call with cut-off arguments ends with
+  ``RUN_ERROR`` ``incomplete_tool_call`` instead of ``RUN_FINISHED`` (AG-UI can
+  neither end such a call nor finish with it open; ``workers.core.discipline``);
+* a safety net: an exception no rule anticipated (a bug) never escapes
+  ``feed`` / ``finish`` / ``abort`` — the run ends with ``RUN_ERROR``
+  ``internal_error`` and the event is rejected, so the worker dead-letters it
+  and moves on. Every such hit is a bug to fix; ``make fuzz`` reports them.
 
 Translators are deterministic: the same input gives the same events and ids,
 which is what lets a worker that takes over a run re-feed it and skip what was
@@ -44,6 +56,7 @@ already published.
 from __future__ import annotations
 
 import hashlib
+import traceback
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
@@ -61,6 +74,7 @@ from workers.core.discipline import DisciplineViolation, RunPhase, StreamDiscipl
 from workers.core.errors import ProviderGrammarError
 from workers.core.events import WireEvent, token_usage
 from workers.core.surrogates import loads_with_lone_surrogates
+from workers.core.limits import MAX_NESTING, MAX_TOKEN_COUNT, too_deep
 
 
 class RunEnd(StrEnum):
@@ -82,6 +96,11 @@ class ErrorCode(StrEnum):
     """An event was not JSON, or a known event missed a required field (R7)."""
     INACTIVITY_TIMEOUT = "inactivity_timeout"
     """The ingress went silent longer than the configured timeout."""
+    INCOMPLETE_TOOL_CALL = "incomplete_tool_call"
+    """The provider ended the run (or a call) while a tool call's arguments were cut off,
+    e.g. at ``max_tokens``: AG-UI cannot end that call, so the run cannot finish."""
+    INTERNAL_ERROR = "internal_error"
+    """A bug in reasonwire, caught by the translator's safety net; the event is dead-lettered."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +155,8 @@ class Translator:
         self.model = model
         self.issuer_scope = issuer_scope
         self.response_id: str | None = None
+        self.event_name = ""
+        """The event type the current event was dispatched on (its own field, or its SSE name)."""
         self.line = 0
         self.counters: Counter[str] = Counter()
         self.tokens = NO_TOKENS
@@ -176,51 +197,63 @@ class Translator:
         local lookups and one dispatch; everything unusual branches off it.
         """
         self.line += 1
-        run = self._run
-        if run is not None and run.phase is RunPhase.ENDED:
-            self._warn("event_after_end", "event after the end of the run ignored")
-            return self._collect()
-        halves = False
         try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            obj = loads_with_lone_surrogates(raw, exc)
-            halves = obj is not None
-        if run is None:
-            self._start(obj if type(obj) is dict else None, raw)
-        if halves:  # a character cut between two events: the discipline joins its halves
-            self.run.join_surrogates = True
-        if at_ms is not None and self._first_at_ms is None:
-            self._first_at_ms = at_ms
-        if type(obj) is not dict:
-            return self._reject("event is not a JSON object")
-        event_type = self.event_type(obj, sse_event)
-        handler = self.HANDLERS.get(event_type) if event_type is not None else None
-        if handler is None:
-            self.counters["unknown_events"] += 1
-            self._warn("unknown_event", f"unknown {self.grammar.value} event type {event_type!r} skipped")
+            run = self._run
+            if run is not None and run.phase is RunPhase.ENDED:
+                self._warn("event_after_end", "event after the end of the run ignored")
+                return self._collect()
+            halves = False
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                obj = loads_with_lone_surrogates(raw, exc)
+                halves = obj is not None
+            if run is None:
+                self._start(obj if type(obj) is dict else None, raw)
+            if halves:  # a character cut between two events: the discipline joins its halves
+                self.run.join_surrogates = True
+            if at_ms is not None and self._first_at_ms is None:
+                self._first_at_ms = at_ms
+            if type(obj) is not dict:
+                return self._reject("event is not a JSON object")
+            if too_deep(raw, obj):
+                return self._reject(f"event nested deeper than {MAX_NESTING} levels")
+            event_type = self.event_type(obj, sse_event)
+            handler = self.HANDLERS.get(event_type) if event_type is not None else None
+            if handler is None:
+                self.counters["unknown_events"] += 1
+                self._warn("unknown_event", f"unknown {self.grammar.value} event type {event_type!r} skipped")
+                return self._collect()
+            key = self.delivery_key(obj)
+            if key is not None and self._redelivered(key, raw):
+                self.counters["duplicate_events"] += 1
+                self._warn("duplicate_event", f"{event_type!r} repeated byte for byte: a duplicate delivery, dropped")
+                return self._collect()
+            self.event_name = event_type
+            try:
+                handler(self, obj)
+            except (ProviderGrammarError, DisciplineViolation) as exc:
+                reason = exc.reason if isinstance(exc, ProviderGrammarError) else f"stream discipline: {exc}"
+                return self._reject(f"{event_type}: {reason}" if not reason.startswith(event_type) else reason)
+            if at_ms is not None:
+                self._note_timing(at_ms)
             return self._collect()
-        key = self.delivery_key(obj)
-        if key is not None and self._redelivered(key, raw):
-            self.counters["duplicate_events"] += 1
-            self._warn("duplicate_event", f"{event_type!r} repeated byte for byte: a duplicate delivery, dropped")
-            return self._collect()
-        try:
-            handler(self, obj)
-        except (ProviderGrammarError, DisciplineViolation) as exc:
-            reason = exc.reason if isinstance(exc, ProviderGrammarError) else f"stream discipline: {exc}"
-            return self._reject(f"{event_type}: {reason}" if not reason.startswith(event_type) else reason)
-        if at_ms is not None:
-            self._note_timing(at_ms)
-        return self._collect()
+        except Exception as exc:  # noqa: BLE001 - the safety net: a bug must not poison the partition
+            return self._internal_error(exc)
 
     def finish(self) -> Translation:
         """End of input. Without the provider's terminal event the run was interrupted."""
-        return self._end_of_input("stream ended before the provider's terminal event", ErrorCode.INTERRUPTED)
+        try:
+            return self._end_of_input("stream ended before the provider's terminal event", ErrorCode.INTERRUPTED)
+        except Exception as exc:  # noqa: BLE001 - the safety net, as in feed()
+            return self._internal_error(exc)
 
     def abort(self, reason: str = "the connection to the provider dropped", *, code: ErrorCode = ErrorCode.INTERRUPTED) -> Translation:
         """The ingress lost the stream (or went silent): close the run as interrupted."""
-        return self._end_of_input(reason, code)
+        try:
+            return self._end_of_input(reason, code)
+        except Exception as exc:  # noqa: BLE001 - the safety net, as in feed()
+            return self._internal_error(exc)
 
     def _end_of_input(self, reason: str, code: ErrorCode) -> Translation:
         """No more input: a deferred finish completes, anything else still open is interrupted."""
@@ -348,6 +381,13 @@ class Translator:
         self._deferred_end = None
         self.artefacts.abandon_all()
         meta = {"stopReason": stop_reason} if stop_reason else None
+        cut_off = self.run.cut_off_tool_calls()
+        if cut_off:  # e.g. max_tokens mid-arguments: the calls stay unterminated, listed (discipline)
+            self.end = RunEnd.ERROR
+            self.counters["incomplete_tool_calls"] += len(cut_off)
+            message = f"the run ended with {len(cut_off)} tool call(s) whose arguments are not complete JSON"
+            self.run.fail_run(message=message, code=ErrorCode.INCOMPLETE_TOOL_CALL, usage=self._token_usage(), metadata=meta)
+            return
         self.run.finish_run(
             usage=self._token_usage(), metadata=meta, pending_tool_call_ids=pending_tool_call_ids, truncated=truncated
         )
@@ -374,16 +414,48 @@ class Translator:
         t = self.tokens
         if t.input_tokens is None and t.output_tokens is None:
             return None
-        return token_usage(
-            provider=self.grammar.provider_name,
-            model=self.model,
-            input_tokens=t.input_tokens,
-            output_tokens=t.output_tokens,
-            total_tokens=t.total_tokens,
-            reasoning_tokens=t.reasoning_tokens,
-            cached_input_tokens=t.cached_input_tokens,
-            cache_write_input_tokens=t.cache_write_input_tokens,
-        )
+        counts = {
+            "input_tokens": t.input_tokens,
+            "output_tokens": t.output_tokens,
+            "total_tokens": t.total_tokens,
+            "reasoning_tokens": t.reasoning_tokens,
+            "cached_input_tokens": t.cached_input_tokens,
+            "cache_write_input_tokens": t.cache_write_input_tokens,
+        }
+        # Each provider count is within range (token_count); a sum of them may not be.
+        over = [name for name, value in counts.items() if value is not None and not 0 <= value <= MAX_TOKEN_COUNT]
+        if over:
+            self.counters["usage_out_of_range"] += 1
+            self._warn("usage_out_of_range", f"usage {', '.join(over)} beyond AG-UI's range (0 … 2^53-1) left out")
+            for name in over:
+                counts[name] = None
+        return token_usage(provider=self.grammar.provider_name, model=self.model, **counts)
+
+    def _internal_error(self, exc: Exception) -> Translation:
+        """The safety net: end the run with ``RUN_ERROR`` ``internal_error`` and reject the event.
+
+        Names the exception's type and where it was raised — never its message, which may
+        quote provider content (P8). Closes what can be closed; if even that fails, the bare
+        terminal event is emitted so the stream still ends."""
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else "?"
+        self.counters["internal_errors"] += 1
+        self._warn("internal_error", f"{type(exc).__name__} at {where}")
+        message = f"internal error translating {self.grammar.value} event at line {self.line} ({type(exc).__name__})"
+        try:
+            if self._run is None:
+                self._start(None, b"")
+            if not self.ended:
+                self.end = RunEnd.ERROR
+                self._deferred_end = None
+                self.artefacts.abandon_all()
+                self.run.fail_run(message=message, code=ErrorCode.INTERNAL_ERROR)
+        except Exception:  # noqa: BLE001 - the state is broken: end the stream with the bare terminal
+            if self._run is not None and self._run.phase is not RunPhase.ENDED:
+                self._run.abandon_with_error(message=message, code=ErrorCode.INTERNAL_ERROR)
+        out = self._collect()
+        out.rejection = Rejection(line=self.line, reason=message)
+        return out
 
     def _note_timing(self, at_ms: float) -> None:
         if self._first_at_ms is None or self._run is None:
@@ -417,5 +489,5 @@ def _issuer(grammar: Grammar, model: str | None, scope: str | None) -> Issuer:
 
 def _fallback_run_id(raw: bytes | str) -> str:
     """A deterministic run id when neither the caller nor the stream names one."""
-    data = raw.encode() if isinstance(raw, str) else raw
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw  # lone surrogates hash too
     return "run-" + hashlib.sha256(data).hexdigest()[:16]

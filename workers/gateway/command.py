@@ -9,7 +9,7 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default=os.environ.get("RW_GATEWAY_HOST", "127.0.0.1"), help="bind address (RW_GATEWAY_HOST)")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("RW_GATEWAY_PORT", "8080")), help="port (RW_GATEWAY_PORT, 8080)")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("RW_GATEWAY_PORT", "8000")), help="port (RW_GATEWAY_PORT, 8000; the worker health probes take 8080)")
     parser.add_argument("--hash-key", metavar="KEY", help="print the SHA-256 digest to put in the key book, and exit")
 
 

@@ -12,8 +12,8 @@ translate --artefacts`` writes) or else from Redis at ``REDIS_URL`` for
 
 Warnings (what was left out and why) go to stderr, never with a value (P8).
 Exit status: 0 when the fragment was written; 1 when the provider would reject
-what is left (the replay fails before the call); 2 for unusable arguments or
-input, or an unreachable store.
+what is left (the replay fails before the call); 2 for unusable arguments,
+input or configuration; 3 for an unreachable store (``workers.errors``).
 """
 
 from __future__ import annotations
@@ -94,6 +94,8 @@ def _artefacts(args: argparse.Namespace, thread_id: str | None) -> list[Any]:
             return read_artefact_file(args.artefacts)
         except OSError as exc:
             raise _Unusable(f"cannot read {args.artefacts}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise _Unusable(f"{args.artefacts} is not UTF-8 text (not what `reasonwire translate --artefacts` writes)") from None
     if thread_id is None:
         raise _Unusable("a bare messages array has no threadId: give --thread-id, or --artefacts FILE")
     return asyncio.run(_from_redis(args.tenant, thread_id))
@@ -104,16 +106,17 @@ async def _from_redis(tenant: str, thread_id: str) -> list[Any]:
     from redis.exceptions import RedisError
 
     from workers.replay.sources import read_thread
+    from workers.errors import ServiceUnreachable
     from workers.settings import WorkerSettings
     from workers.store import ArtefactStore
 
     settings = WorkerSettings.from_env()
-    redis = Redis.from_url(settings.redis_url)
+    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=10)  # a store that does not answer fails, not hangs
     try:
         store = ArtefactStore(redis, artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
         return await read_thread(store, tenant, thread_id)
     except RedisError as exc:
-        raise _Unusable(f"cannot read artefacts from Redis ({type(exc).__name__}); set REDIS_URL or use --artefacts") from None
+        raise ServiceUnreachable(f"cannot read artefacts from Redis ({type(exc).__name__}); set REDIS_URL or use --artefacts") from None
     finally:
         await redis.aclose()
 

@@ -104,8 +104,9 @@ class AnthropicMessagesTranslator(Translator):
     def delivery_key(self, obj: dict[str, Any]) -> Hashable | None:
         """A block stops once: the same ``content_block_stop`` again, byte for byte, is a duplicate
         delivery. Deltas may legitimately repeat, and a second start is a grammar error (R7)."""
-        if obj.get("type") == "content_block_stop":
-            return ("content_block_stop", obj.get("index"))
+        index = obj.get("index")
+        if obj.get("type") == "content_block_stop" and type(index) is int:  # any other index is the handler's R7 error
+            return ("content_block_stop", index)
         return None
 
     # -- message lifecycle ---------------------------------------------------------

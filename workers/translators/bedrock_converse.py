@@ -81,7 +81,7 @@ from contracts.artefacts import ArtefactSubtype, NativeBlock
 from contracts.grammars import Grammar
 from contracts.usage import TokenCounts
 from workers.core.artefacts import HeldArtefact
-from workers.core.errors import ProviderGrammarError, optional, require
+from workers.core.errors import ProviderGrammarError, optional, require, token_count
 from workers.core.surrogates import whole
 from workers.core.translator import Translator
 
@@ -247,9 +247,10 @@ class BedrockConverseTranslator(Translator):
             if value:
                 entry.reasoning.append(value)
                 self.run.reasoning_content(index, value)
-        else:
-            native = self._native(index, _reasoning_text_block(entry), _SIGNATURE_PATH)
-            self._hold(index, entry, "bedrock.reasoningContent.signature", value, native)
+        else:  # the block's text is joined once, when the record is made (not per signature)
+            native = self._native(index, {"reasoningContent": {"reasoningText": {}}}, _SIGNATURE_PATH)
+            text_now = lambda: {"block": _reasoning_text_block(entry)}  # noqa: E731
+            self._hold(index, entry, "bedrock.reasoningContent.signature", value, native, text_now)
 
     def _citation_delta(self, index: int, entry: _Block | None, citation: Any) -> None:
         """Citation metadata of a text block, not content."""
@@ -317,13 +318,21 @@ class BedrockConverseTranslator(Translator):
         """The block as the next request sends it, minus the value; Converse streams carry no message id."""
         return NativeBlock(response_id=self.response_id, position=index, block=block, value_path=value_path)
 
-    def _hold(self, index: int, entry: _Block, kind: str, value: str, native: NativeBlock) -> None:
+    def _hold(
+        self,
+        index: int,
+        entry: _Block,
+        kind: str,
+        value: str,
+        native: NativeBlock,
+        refresh: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
         """Until contentBlockStop: the ledger emits it then, or keeps it incomplete if the block never stops."""
         if value and self.artefacts.held(index) is not None:  # R4: a second value replaces the first, so say so
             self.counters["replaced_artefacts"] += 1
             self._warn("opaque_value_replaced", f"a second opaque value on block {index} replaced the first")
         entity_id = entry.agui_id or ""
-        held = HeldArtefact(kind, ArtefactSubtype.MESSAGE, entity_id, value, native)
+        held = HeldArtefact(kind, ArtefactSubtype.MESSAGE, entity_id, value, native, refresh)
         self.hold_artefact(index, held, where=f"block {index}")
 
     def _stop_reasoning(self, index: int, entry: _Block) -> None:
@@ -334,7 +343,7 @@ class BedrockConverseTranslator(Translator):
             self.counters["unsigned_reasoning"] += 1  # normal for DeepSeek R1, gpt-oss: nothing opaque to keep
             self.artefacts.release(index)  # an empty signature's incomplete record, if one came
         else:
-            self.artefacts.release(index, block=_reasoning_text_block(entry))
+            self.artefacts.release(index)  # its refresh fills in the block's text
         self.run.close_span(("span", index))
 
     HANDLERS = {
@@ -396,10 +405,12 @@ def _reasoning_text_block(entry: _Block) -> dict[str, Any]:
 
 def _token_counts(usage: dict[str, Any]) -> TokenCounts:
     where = "metadata.usage"
-    base_input = require(usage, "inputTokens", int, where=where)
-    output = require(usage, "outputTokens", int, where=where)
-    cache_read = optional(usage, "cacheReadInputTokens", int, where=where) or 0
-    cache_write = optional(usage, "cacheWriteInputTokens", int, where=where) or 0
+    base_input = token_count(usage, "inputTokens", where=where)
+    output = token_count(usage, "outputTokens", where=where)
+    if base_input is None or output is None:
+        raise ProviderGrammarError(f"{where}: inputTokens and outputTokens are required")
+    cache_read = token_count(usage, "cacheReadInputTokens", where=where, absent=0) or 0
+    cache_write = token_count(usage, "cacheWriteInputTokens", where=where, absent=0) or 0
     total_input = base_input + cache_read + cache_write
     return TokenCounts(
         input_tokens=total_input,

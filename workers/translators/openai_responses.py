@@ -257,7 +257,8 @@ class OpenAIResponsesTranslator(Translator):
         """``response.incomplete`` is closing the run: what it closes was cut off, marked incomplete."""
 
     def stream_identity(self, obj: dict[str, Any]) -> tuple[str | None, str | None]:
-        response = obj.get("response") if obj.get("type") in _RESPONSE_STARTS else None
+        kind = obj.get("type")
+        response = obj.get("response") if isinstance(kind, str) and kind in _RESPONSE_STARTS else None
         if isinstance(response, dict):
             rid, model = response.get("id"), response.get("model")
             return (rid if isinstance(rid, str) else None, model if isinstance(model, str) else None)
@@ -272,7 +273,7 @@ class OpenAIResponsesTranslator(Translator):
     # -- response lifecycle --------------------------------------------------------
 
     def _on_response_start(self, obj: dict[str, Any]) -> None:
-        where = obj["type"]
+        where = self.event_name
         response = require(obj, "response", dict, where=where)
         if self.response_id is None:
             self.response_id = optional(response, "id", str, where=f"{where}.response")
@@ -318,7 +319,7 @@ class OpenAIResponsesTranslator(Translator):
 
     def _terminal_response(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Usage, then the final state of items still open, then the last reasoning item's follower."""
-        where = obj["type"]
+        where = self.event_name
         response: dict[str, Any] = require(obj, "response", dict, where=where)
         self._take_usage(response, where=f"{where}.response")
         output = optional(response, "output", list, where=f"{where}.response") or []
@@ -504,7 +505,7 @@ class OpenAIResponsesTranslator(Translator):
         return channel
 
     def _part_added(self, obj: dict[str, Any], channel: Channel, index_field: str, text_field: str) -> None:
-        where = obj["type"]
+        where = self.event_name
         entry, index = self._part_event(obj, channel, index_field, where)
         if entry is None:
             return
@@ -515,14 +516,14 @@ class OpenAIResponsesTranslator(Translator):
     # -- deltas and their restatements (P2) ----------------------------------------------
 
     def _on_delta(self, obj: dict[str, Any]) -> None:
-        where = obj["type"]
+        where = self.event_name
         channel, index_field, _ = _TEXT_EVENTS[where]
         entry, index = self._part_event(obj, channel, index_field, where)
         if entry is not None:
             self._stream(entry, channel, index, require(obj, "delta", str, where=where))
 
     def _on_text_done(self, obj: dict[str, Any]) -> None:
-        where = obj["type"]
+        where = self.event_name
         channel, index_field, text_field = _TEXT_EVENTS[where]
         entry, index = self._part_event(obj, channel, index_field, where)
         if entry is not None:
@@ -658,7 +659,7 @@ class OpenAIResponsesTranslator(Translator):
 
     def _on_unsupported_event(self, obj: dict[str, Any]) -> None:
         """Built-in tool / audio events: known, not translated; counted, warned once per type."""
-        kind = obj["type"]
+        kind = self.event_name
         self.counters["unsupported_events"] += 1
         if kind not in self._warned_types:
             self._warned_types.add(kind)
