@@ -149,18 +149,16 @@ def _erase(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    from redis.asyncio import Redis
-
+    from workers.redis_connect import connect
     from workers.store import ArtefactStore
 
     def erase(settings: WorkerSettings) -> int:
         async def go() -> dict[str, list[str]]:
-            redis = Redis.from_url(settings.redis_url)
+            store = ArtefactStore(connect(settings.redis_url), artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
             try:
-                store = ArtefactStore(redis, artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
-                return await store.erase_thread(args.tenant, args.thread)
+                return await store.erase_thread(args.tenant, args.thread)  # across slots on a Redis Cluster
             finally:
-                await redis.aclose()
+                await store.aclose()
 
         removed = asyncio.run(go())
         print(json.dumps({"tenant": args.tenant, "thread": args.thread, "removed_artefacts": removed["artefacts"], "removed_journals": removed["journals"]}))

@@ -178,11 +178,9 @@ def test_replay_worker_without_its_topics_names_them_in_one_line(secure: SecureS
     count still starts (it checks existence), so show the missing case on a topic plan of
     its own: the replay worker on the secured broker after its topics are deleted."""
     async def delete() -> None:
-        from workers.topics_admin import admin_client
+        from aiokafka.admin import AIOKafkaAdminClient
 
-        for name, value in secure.kafka_env().items():
-            os.environ[name] = value
-        admin = admin_client(secure.bootstrap)
+        admin = AIOKafkaAdminClient(bootstrap_servers=secure.bootstrap, **client_kwargs(KafkaSecurity.from_env(secure.kafka_env())))
         await admin.start()
         try:
             await admin.delete_topics(list(topics.REPLAY))
