@@ -153,7 +153,7 @@ async def fresh_store_epoch(redis_url: str) -> None:
     """A new, not-lost store epoch on the test Redis. Priming commits the group's offsets, and
     a worker that then finds no epoch would rightly take the store for one that lost its data
     (docs/reliability.md) — and so would every worker after a test that wiped the epoch."""
-    redis = Redis.from_url(redis_url)
+    redis = connect(redis_url)
     try:
         await redis.delete(EPOCH_KEY)
         await ArtefactStore(redis, artefact_ttl_s=60, journal_ttl_s=60).claim_epoch(lost=False)
