@@ -353,7 +353,9 @@ async def collect(bootstrap: str) -> Observed:
                         run_id = headers.get("rw-run-id", b"").decode("utf-8", "replace")
                         seen.events[run_id][int(headers["rw-event-seq"])].append(m.value)
                     else:
-                        seen.dlq[m.key].append((len(m.value or b""), headers.get("rw-dlq-reason", b"").decode("utf-8", "replace")))
+                        # labelled by the contract's code (rw-dlq-code) where the worker sets one, else its reason
+                        label = headers.get("rw-dlq-code") or headers.get("rw-dlq-reason", b"")
+                        seen.dlq[m.key].append((len(m.value or b""), label.decode("utf-8", "replace")))
                         seen.dlq_headers[m.key].append(set(headers))
                     if m.offset + 1 >= ends[tp]:
                         remaining.discard(tp)

@@ -288,3 +288,20 @@ def test_interrupt_is_quiet_exit_130() -> None:
     finally:
         proc.kill()
     assert proc.returncode == 130 and b"Traceback" not in err
+
+
+def test_gateway_bad_setting_is_one_line_naming_the_variable_exit_2_issue12() -> None:
+    done = run("gateway", env={"RW_GATEWAY_MAX_RUNS": "lots"})
+    line = one_line(done)
+    assert done.returncode == 2
+    assert "RW_GATEWAY_MAX_RUNS" in line and "'lots'" in line
+
+
+def test_a_bad_gateway_port_only_concerns_the_gateway_issue12() -> None:
+    """The gateway's port default is read from RW_GATEWAY_PORT: a bad one is argparse's one error
+    for ``gateway`` (exit 2), and every other command still runs (it used to crash building the parser)."""
+    done = run("gateway", env={"RW_GATEWAY_PORT": "http"})
+    err = done.stderr.decode()
+    assert done.returncode == 2 and "Traceback" not in err and "invalid int value: 'http'" in err
+    other = run("--version", env={"RW_GATEWAY_PORT": "http"})
+    assert other.returncode == 0 and b"Traceback" not in other.stderr

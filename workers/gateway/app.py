@@ -40,6 +40,7 @@ from starlette.routing import Route
 from contracts import topics
 from contracts.grammars import Grammar
 from contracts.run_request import RunRequest
+from workers.errors import ConfigurationError
 from workers.gateway.fanout import Fanout, RunLog
 from workers.gateway.keys import Audience, KeyBook, Principal
 from workers.ingress_client import IngressError, Publisher
@@ -68,16 +69,28 @@ class GatewaySettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> GatewaySettings:
+        """The settings from the environment; a bad value is a :class:`ConfigurationError` naming it."""
         env = os.environ if env is None else env
         d = cls()
+
+        def number(kind: type[int] | type[float], name: str, default: float) -> Any:
+            raw = env.get(name) or None
+            try:
+                value = kind(raw) if raw is not None else default
+            except ValueError:
+                raise ConfigurationError(f"bad configuration: {name}: not {'an integer' if kind is int else 'a number'} (got {raw!r})") from None
+            if not value > 0 or value != value or value == float("inf"):
+                raise ConfigurationError(f"bad configuration: {name}: must be a finite number > 0 (got {raw!r})")
+            return value
+
         return cls(
             kafka_bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS", d.kafka_bootstrap_servers),
             redis_url=env.get("REDIS_URL", d.redis_url),
-            keepalive_s=float(env.get("RW_GATEWAY_KEEPALIVE_S", d.keepalive_s)),
-            first_event_timeout_s=float(env.get("RW_GATEWAY_FIRST_EVENT_TIMEOUT_S", d.first_event_timeout_s)),
-            lookback_s=float(env.get("RW_GATEWAY_LOOKBACK_S", d.lookback_s)),
-            max_runs=int(env.get("RW_GATEWAY_MAX_RUNS", d.max_runs)),
-            partitions=int(env.get("RW_PARTITIONS", d.partitions)),
+            keepalive_s=number(float, "RW_GATEWAY_KEEPALIVE_S", d.keepalive_s),
+            first_event_timeout_s=number(float, "RW_GATEWAY_FIRST_EVENT_TIMEOUT_S", d.first_event_timeout_s),
+            lookback_s=number(float, "RW_GATEWAY_LOOKBACK_S", d.lookback_s),
+            max_runs=number(int, "RW_GATEWAY_MAX_RUNS", d.max_runs),
+            partitions=number(int, "RW_PARTITIONS", d.partitions),
         )
 
 

@@ -9,7 +9,7 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default=os.environ.get("RW_GATEWAY_HOST", "127.0.0.1"), help="bind address (RW_GATEWAY_HOST)")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("RW_GATEWAY_PORT", "8000")), help="port (RW_GATEWAY_PORT, 8000; the worker health probes take 8080)")
+    parser.add_argument("--port", type=int, default=os.environ.get("RW_GATEWAY_PORT", "8000"), help="port (RW_GATEWAY_PORT, 8000; the worker health probes take 8080)")
     parser.add_argument("--hash-key", metavar="KEY", help="print the SHA-256 digest to put in the key book, and exit")
 
 
@@ -19,6 +19,9 @@ def run(args: argparse.Namespace) -> int:
     if args.hash_key:
         print(hash_key(args.hash_key))
         return 0
+    from workers.gateway.app import GatewaySettings, serve
+
+    GatewaySettings.from_env()  # a bad RW_GATEWAY_* value is the one line to say, before anything else
     try:
         keys = KeyBook.from_env(os.environ)
     except KeyBookError as exc:
@@ -26,6 +29,4 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not keys:
         print("reasonwire: warning: no API keys (RW_GATEWAY_KEYS_FILE / RW_GATEWAY_KEYS): every /v1 request gets 401", file=sys.stderr)
-    from workers.gateway.app import serve
-
     return serve(args.host, args.port)
