@@ -36,10 +36,28 @@ test: $(STAMP) ## run every test (unit, conformance, integration), services incl
 	@$(MAKE) --no-print-directory e2e-deps || echo "make test: could not install Node.js / chromium / the pinned npm packages; the gateway's browser and HttpAgent tests will skip, saying so"
 	@svc=$$($(PY) -m tests.integration.service_choice) || exit 2; \
 	if [ "$$svc" = local ]; then \
-	  bash deploy/with-services.sh $(PY) -m pytest -q; \
+	  RW_CREATE_TOPICS=true bash deploy/with-services.sh $(PY) -m pytest -q; \
 	else \
-	  $(PY) -m pytest -q; \
+	  RW_CREATE_TOPICS=true $(PY) -m pytest -q; \
 	fi
+
+# Issue 16: deploy/cluster.sh starts a Redis Cluster (3 masters + 3 replicas) and a 3-broker
+# Kafka cluster (RF 3, min.insync.replicas 2) in $(CLUSTER_STATE), on KAFKA_CLUSTER_PORT (19920)
+# and REDIS_CLUSTER_PORT (19940); the cluster tests run against them (the single services for
+# everything else come from deploy/with-services.sh), then the integration suite runs with
+# REDIS_URL naming the Redis Cluster; both clusters are stopped afterwards, whatever happened.
+CLUSTER_STATE ?= $(or $(RW_CLUSTER_STATE),/tmp/reasonwire-cluster)
+CLUSTER_TESTS ?= tests/integration/test_cluster.py
+CLUSTER_SUITE ?= tests/integration/test_store.py tests/integration/test_replay_store.py tests/integration/test_normalizer_worker.py tests/integration/test_retention.py
+.PHONY: test-cluster
+test-cluster: $(STAMP) ## start a Redis Cluster (3+3) and a 3-broker Kafka cluster, run the cluster tests and the store suite on them, stop them
+	@start=$$(date +%s); \
+	env=$$(RW_STATE=$(CLUSTER_STATE) bash deploy/cluster.sh up --redis-cluster --kafka-brokers 3) || { RW_STATE=$(CLUSTER_STATE) bash deploy/cluster.sh down; exit 2; }; \
+	kafka=$$(sed -n 's/^KAFKA_BOOTSTRAP_SERVERS=//p' <<<"$$env"); redis=$$(sed -n 's/^REDIS_URL=//p' <<<"$$env"); \
+	RW_CREATE_TOPICS=true RW_TEST_CLUSTER_STATE=$(CLUSTER_STATE) RW_TEST_KAFKA_CLUSTER=$$kafka RW_TEST_REDIS_CLUSTER=$$redis bash deploy/with-services.sh $(PY) -m pytest -q $(CLUSTER_TESTS); rc=$$?; \
+	if [ $$rc -eq 0 ]; then RW_CREATE_TOPICS=true REDIS_URL=$$redis bash deploy/with-services.sh $(PY) -m pytest -q $(CLUSTER_SUITE); rc=$$?; fi; \
+	RW_STATE=$(CLUSTER_STATE) bash deploy/cluster.sh down >/dev/null 2>&1 || true; \
+	echo "make test-cluster: exit $$rc in $$(( $$(date +%s) - start ))s"; exit $$rc
 
 test-unit: $(STAMP) ## run the tests that need no services
 	$(PY) -m pytest -q -m "not integration"
@@ -53,7 +71,7 @@ run: $(STAMP) ## the whole pipeline on the sample streams: services, worker, pub
 	  echo "make run: no Kafka broker: set KAFKA_BOOTSTRAP_SERVERS, or install Java 17 and Maven (apt-get install openjdk-17-jre-headless maven); translating offline instead"; \
 	  $(MAKE) --no-print-directory translate-samples; exit 0; \
 	fi; \
-	VENV=$(VENV) bash deploy/with-services.sh bash deploy/run-demo.sh
+	VENV=$(VENV) RW_CREATE_TOPICS=true bash deploy/with-services.sh bash deploy/run-demo.sh
 
 # The gateway's end-to-end tests drive the real @ag-ui/client (Node) and Debian's chromium; they
 # skip, saying so, where node / chromium are missing. `make test` runs this first (root, apt).
@@ -90,7 +108,11 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 # Not part of `make test`. Services as for `make test` (deploy/with-services.sh).
 .PHONY: bench
 bench: $(BENCH_STAMP) ## benchmarks (translator vs JSON floor and LiteLLM, worker vs passthrough, memory); writes bench/results/
-	@bash deploy/with-services.sh $(PY) -m bench $(BENCH_ARGS)
+	@RW_CREATE_TOPICS=true bash deploy/with-services.sh $(PY) -m bench $(BENCH_ARGS)
+
+.PHONY: bench-scale
+bench-scale: $(BENCH_STAMP) ## throughput of 1, 2 and 4 normalizer workers in one group (docs/scaling.md); writes bench/results/scale.json
+	@RW_CREATE_TOPICS=true bash deploy/with-services.sh $(PY) -m bench.scale $(BENCH_ARGS)
 
 # Not part of `make test` (tests/unit/test_fuzz_short.py runs a short fixed-seed campaign there).
 # FUZZ_ARGS e.g. "--events 200000 --grammar bedrock-converse --seed 7"; see `python -m fuzz --help`.

@@ -6,6 +6,7 @@
 #   bash deploy/services.sh status   # say which services are up (exit 0 only if both are)
 #   bash deploy/services.sh down     # stop both, wipe Kafka's data
 #   bash deploy/services.sh spare-ports   # KAFKA_PORT=… KAFKA_CONTROLLER_PORT=… REDIS_PORT=… nobody uses
+#   bash deploy/services.sh up --redis-cluster --kafka-brokers 3   # the clusters of deploy/cluster.sh
 #
 # `status` and `down` take optional service names (kafka, redis) to act on one only.
 #
@@ -500,12 +501,16 @@ main() {
     local cmd="${1:-}"
     shift || true
     case "$cmd" in
-        up) cmd_up ;;
+        up)
+            # up --redis-cluster / --kafka-brokers N: the clustered services (deploy/cluster.sh, issue 16)
+            if (($#)); then exec bash "$SCRIPT_DIR/cluster.sh" up "$@"; fi
+            cmd_up
+            ;;
         down) cmd_down "$@" ;;
         status) cmd_status "$@" ;;
         spare-ports) spare_ports KAFKA_PORT KAFKA_CONTROLLER_PORT REDIS_PORT ;;
         *)
-            echo "usage: $0 up|down [kafka|redis]|status [kafka|redis]|spare-ports" >&2
+            echo "usage: $0 up [--redis-cluster] [--kafka-brokers N]|down [kafka|redis]|status [kafka|redis]|spare-ports" >&2
             exit 2
             ;;
     esac

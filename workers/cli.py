@@ -112,6 +112,10 @@ def _parser() -> argparse.ArgumentParser:
     gateway.set_defaults(command=gateway_command.run)
     demo = sub.add_parser("demo", help="the whole pipeline on the sample streams (needs Kafka and Redis)", **with_settings)
     demo.set_defaults(command=_demo)
+    from workers import topics_command
+
+    topics_command.add_topics_arguments(sub.add_parser("topics", help="the topic plan: print it, or create/check the topics"))
+    topics_command.add_asyncapi_arguments(sub.add_parser("asyncapi", help="write the AsyncAPI 3.0 document of every topic"))
     return parser
 
 
@@ -145,18 +149,16 @@ def _erase(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    from redis.asyncio import Redis
-
+    from workers.redis_connect import connect
     from workers.store import ArtefactStore
 
     def erase(settings: WorkerSettings) -> int:
         async def go() -> dict[str, list[str]]:
-            redis = Redis.from_url(settings.redis_url)
+            store = ArtefactStore(connect(settings.redis_url), artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
             try:
-                store = ArtefactStore(redis, artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
-                return await store.erase_thread(args.tenant, args.thread)
+                return await store.erase_thread(args.tenant, args.thread)  # across slots on a Redis Cluster
             finally:
-                await redis.aclose()
+                await store.aclose()
 
         removed = asyncio.run(go())
         print(json.dumps({"tenant": args.tenant, "thread": args.thread, "removed_artefacts": removed["artefacts"], "removed_journals": removed["journals"]}))

@@ -27,13 +27,14 @@ from pathlib import Path
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from redis.asyncio import Redis
 
 from contracts import topics
 from contracts.artefacts import ArtefactRecord
 from contracts.grammars import Grammar
 from workers.ingress import RunEnvelope, raw_records
+from workers.kafka_security import client_kwargs
 from workers.normalize import ensure_topics
+from workers.redis_connect import connect
 from workers.settings import WorkerSettings
 from workers.sse import read_events
 from workers.store import ArtefactStore
@@ -93,14 +94,14 @@ async def _publish_and_show(settings: WorkerSettings, samples: list[Path], event
         f"demo-{tag}-{p.parent.name}-{p.stem}": RunEnvelope(Grammar(p.parent.name).value, f"demo-{tag}-{p.parent.name}-{p.stem}", f"thread-{tag}-{p.parent.name}-{p.stem}", tenant="demo")
         for p in samples
     }
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers, group_id=None)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers, group_id=None, **client_kwargs())
     await consumer.start()
     partitions = [TopicPartition(topics.EVENTS, p) for p in range(event_partitions)]
     consumer.assign(partitions)
     await consumer.seek_to_end(*partitions)
     for tp in partitions:  # resolve the end offsets now, before anything is published
         await consumer.position(tp)
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all")
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", enable_idempotence=True, **client_kwargs())
     await producer.start()
     try:
         for path, run in zip(samples, runs.values(), strict=True):
@@ -148,12 +149,11 @@ def _summary(event: dict[str, object]) -> str:
 
 async def _show_artefacts(settings: WorkerSettings, runs: list[tuple[str, RunEnvelope]]) -> None:
     """The artefacts each sample's run stored, read back from Redis as replay would read them."""
-    redis = Redis.from_url(settings.redis_url)
-    store = ArtefactStore(redis, artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
+    store = ArtefactStore(connect(settings.redis_url), artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
     try:
         found = [(sample, record) for sample, run in runs for record in await store.thread_artefacts(run.tenant, run.thread_id)]
     finally:
-        await redis.aclose()
+        await store.aclose()
     print("\nartefacts stored in Redis (tenant 'demo'; values are never shown, only their size and sha256 prefix):")
     for line in artefact_table(found):
         print(f"  {line}")

@@ -36,6 +36,7 @@ from contracts import topics
 from contracts.envelope import Control
 from contracts.grammars import Grammar
 from workers.ingress import IngressError, OutgoingRecord, RunEnvelope, SSEFramer
+from workers.kafka_security import client_kwargs
 
 __all__ = ["IngressError", "Publisher", "RunPublisher"]
 
@@ -105,7 +106,7 @@ class Publisher:
             raise ValueError("Publisher needs bootstrap_servers or a started producer")
         self._own = producer is None
         self._producer = producer or AIOKafkaProducer(
-            bootstrap_servers=bootstrap_servers, acks="all", enable_idempotence=True, **producer_options
+            bootstrap_servers=bootstrap_servers, acks="all", enable_idempotence=True, **{**client_kwargs(), **producer_options}
         )
 
     async def start(self) -> None:

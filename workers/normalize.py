@@ -19,7 +19,6 @@ metrics and logs (P8, docs/telemetry.md).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import gc
 import logging
@@ -30,25 +29,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.partitioner import DefaultPartitioner
 from faststream import AckPolicy, FastStream
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
-from redis.asyncio import Redis
 
 from contracts import topics
 from contracts.policy import PolicyBook
+from contracts.topic_plan import plan
+from workers import topics_admin
 from workers.core.backoff import Backoff, Degradation, Report
 from workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
 from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step
 from workers.health import HealthServer, HealthMetrics, classify, install_log_throttle
+from workers.kafka_security import broker_security, client_kwargs, servers
+from workers.redis_connect import connect, redis_wait
 from workers.settings import WorkerSettings
 from workers.store import ArtefactStore, StoreLost
 from workers.telemetry import Telemetry, setup_telemetry
 from workers.telemetry.normalizer import NormalizerTelemetry
+from workers.topics_admin import replication_factor
 
 log = logging.getLogger("reasonwire.normalize")
 
@@ -544,27 +545,12 @@ class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 async def ensure_topics(settings: WorkerSettings) -> dict[str, int]:
-    """Create reasonwire's topics with the configured partition count (FastStream would create 1);
-    returns every topic's actual partition count."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        missing = [NewTopic(t, settings.partitions, 1) for t in topics.ALL if t not in existing]
-        if missing:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(missing)
-        # A topic just created (here or by a concurrent process) can be described before its
-        # partitions are: ask again until every topic has them, bounded.
-        for _ in range(50):
-            described = await admin.describe_topics(list(topics.ALL))
-            counts = {d["topic"]: len(d["partitions"]) for d in described}
-            if len(counts) == len(topics.ALL) and all(counts.values()):
-                return counts
-            await asyncio.sleep(0.2)
-        return counts
-    finally:
-        await admin.close()
+    """The normalizer's topics as the plan has them (contracts/topic_plan.py: partitions
+    ``RW_PARTITIONS``, replicas ``RW_REPLICATION_FACTOR``, retention, cleanup policy): created
+    only with ``RW_CREATE_TOPICS=true`` — else checked, and :class:`~workers.topics_admin.TopicsMissing`
+    names every absent one. Returns every topic's actual partition count."""
+    specs = [s for s in plan(settings.partitions, replication_factor()) if s.name in topics.ALL]
+    return await topics_admin.ensure(settings.kafka_bootstrap_servers, specs, create=topics_admin.create_enabled())
 
 
 async def output_limits(settings: WorkerSettings, max_request_size: int = DEFAULT_MAX_MESSAGE_BYTES) -> OutputLimits:
@@ -572,7 +558,7 @@ async def output_limits(settings: WorkerSettings, max_request_size: int = DEFAUL
     start-up), capped by the producer's ``max.request.size``. The core checks every output
     against it before sending, so an oversized output ends its run (``too_large``) instead of
     failing the poll on every retry. A topic whose config cannot be read keeps Kafka's default."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
+    admin = topics_admin.admin_client(settings.kafka_bootstrap_servers)
     await admin.start()
     limits: dict[str, int] = {}
     try:
@@ -590,7 +576,7 @@ async def output_limits(settings: WorkerSettings, max_request_size: int = DEFAUL
 async def group_has_offsets(settings: WorkerSettings) -> bool:
     """Whether the consumer group committed offsets before: then a store without an epoch
     is a store that lost its data, not a new one (docs/reliability.md)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
+    admin = topics_admin.admin_client(settings.kafka_bootstrap_servers)
     await admin.start()
     try:
         return bool(await admin.list_consumer_group_offsets(settings.group_id))
@@ -637,11 +623,16 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
     """The app and its worker; ``telemetry`` defaults to :func:`setup_telemetry` (``OTEL_*``)."""
     settings = settings or WorkerSettings.from_env()
     traces = NormalizerTelemetry(telemetry or setup_telemetry(), group_id=settings.group_id)
-    broker = KafkaBroker(settings.kafka_bootstrap_servers, log_level=logging.DEBUG, acks="all", linger_ms=2)
+    # acks=all + idempotence: on a replicated cluster a broker lost mid-stream loses no output
+    # (min.insync.replicas=2 of 3) and a retried send is not written twice
+    broker = KafkaBroker(
+        servers(settings.kafka_bootstrap_servers), log_level=logging.DEBUG, acks="all", enable_idempotence=True, linger_ms=2, security=broker_security()
+    )
     store = ArtefactStore(
-        Redis.from_url(settings.redis_url),
+        connect(settings.redis_url),
         artefact_ttl_s=settings.artefact_ttl_s,
         journal_ttl_s=settings.journal_ttl_s,
+        **redis_wait(),
     )
     worker = NormalizerWorker(settings, broker, store, traces)
     listener = _HandOver()
@@ -687,7 +678,9 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
             worker.normalizer.limits = await output_limits(settings)
         except Exception as exc:  # the defaults are Kafka's own: a worker still starts, and says so
             log.warning("could not read the output topics' max.message.bytes (%s): assuming Kafka's default", type(exc).__name__)
-        worker.producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", linger_ms=2)
+        worker.producer = AIOKafkaProducer(
+            bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", enable_idempotence=True, linger_ms=2, **client_kwargs()
+        )
         await worker.producer.start()
         if settings.health_port:
             expiry["health"] = HealthServer(lambda: readiness(worker), port=settings.health_port)
@@ -708,7 +701,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         if health is not None:
             await health.stop()
         await worker.drain()  # the polls in flight commit (or fail) before the clients close
-        await store.redis.aclose()
+        await store.aclose()
         if worker.producer is not None:
             await worker.producer.stop()
 
@@ -750,7 +743,8 @@ def run(settings: WorkerSettings | None = None) -> None:
     install_log_throttle()  # aiokafka logs every failed connection attempt (issue 13, finding 4)
     app, _ = create_app(settings)
     app.after_startup(tune_gc)  # the process's own: not in create_app, which tests run inside pytest
-    asyncio.run(app.run())
+    with topics_admin.start_failures(log):
+        asyncio.run(app.run())
 
 
 GC_GEN0_THRESHOLD = 20_000

@@ -28,11 +28,20 @@ async def check_kafka(settings: WorkerSettings, timeout_s: float = TIMEOUT_S) ->
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import KafkaError
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers, request_timeout_ms=int(timeout_s * 1000))
-    with _captured("aiokafka") as said:  # aiokafka logs each failed connection at ERROR: the cause, not for the user
+    from workers.kafka_security import KafkaSecurityError, client_kwargs, security_failure, witness
+
+    try:
+        security = client_kwargs()  # the same SASL/TLS settings as every other client
+    except KafkaSecurityError as exc:
+        raise ConfigurationError(str(exc)) from None
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers, request_timeout_ms=int(timeout_s * 1000), **security)
+    with _captured("aiokafka") as said, witness() as seen:  # aiokafka logs each failed connection at ERROR: the cause, not for the user
         try:
             await asyncio.wait_for(admin.start(), timeout_s)
         except (KafkaError, OSError, TimeoutError) as exc:
+            refused = security_failure(exc, seen.seen)  # wrong credentials / TLS: a settings error, not an outage
+            if refused is not None:
+                raise ConfigurationError(refused) from None
             raise kafka_unreachable(settings, exc, said) from None
         finally:
             await admin.close()
@@ -41,10 +50,11 @@ async def check_kafka(settings: WorkerSettings, timeout_s: float = TIMEOUT_S) ->
 async def check_redis(settings: WorkerSettings, timeout_s: float = TIMEOUT_S) -> None:
     """``PING`` the store at ``REDIS_URL`` or raise :class:`ServiceUnreachable` (:class:`ConfigurationError`
     when it answers but refuses the URL's credentials or database)."""
-    from redis.asyncio import Redis
     from redis.exceptions import AuthenticationError, RedisError, ResponseError
 
-    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
+    from workers.redis_connect import connect
+
+    redis = connect(settings.redis_url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
     try:
         await asyncio.wait_for(redis.ping(), timeout_s)
     except (AuthenticationError, ResponseError) as exc:

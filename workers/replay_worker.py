@@ -17,22 +17,23 @@ helps no one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
 import orjson
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
 from faststream import AckPolicy, FastStream
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 from pydantic import ValidationError
-from redis.asyncio import Redis
 
 from contracts import topics
 from contracts.artefacts import ArtefactRecord
 from contracts.replay import ReplayIssue, ReplayReply, ReplayRequest
+from contracts.topic_plan import plan
+from workers import topics_admin
+from workers.health import HealthServer
+from workers.kafka_security import broker_security, servers
+from workers.redis_connect import connect
 from workers.replay import ReplayError, read_history, replay
 from workers.replay.sources import read_thread
 from workers.settings import WorkerSettings
@@ -132,24 +133,33 @@ class ReplayWorker:
 
 
 async def ensure_replay_topics(settings: WorkerSettings) -> None:
-    """Create the replay topics with the configured partition count."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
-    await admin.start()
+    """The replay topics as the plan has them (contracts/topic_plan.py), created only with
+    ``RW_CREATE_TOPICS=true``; else checked (:class:`~workers.topics_admin.TopicsMissing`)."""
+    specs = [s for s in plan(settings.partitions, topics_admin.replication_factor()) if s.name in topics.REPLAY]
+    await topics_admin.ensure(settings.kafka_bootstrap_servers, specs, create=topics_admin.create_enabled())
+
+
+async def replay_readiness(broker: KafkaBroker, store: ArtefactStore) -> dict[str, Any]:
+    """``/readyz`` of a replay worker: Redis answers ``PING`` and the broker answers a ping."""
+    body: dict[str, Any] = {}
     try:
-        missing = [NewTopic(t, settings.partitions, 1) for t in topics.REPLAY if t not in set(await admin.list_topics())]
-        if missing:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(missing)
-    finally:
-        await admin.close()
+        await asyncio.wait_for(store.redis.ping(), 1.0)
+        body["redis"] = "ok"
+    except Exception as exc:
+        body["redis"] = type(exc).__name__
+    try:
+        body["kafka"] = "ok" if await asyncio.wait_for(broker.ping(timeout=2.0), 3.0) else "unreachable"
+    except Exception as exc:
+        body["kafka"] = type(exc).__name__
+    body["ready"] = body["redis"] == "ok" and body["kafka"] == "ok"
+    return body
 
 
 def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | None = None) -> tuple[FastStream, ReplayWorker]:
     settings = settings or WorkerSettings.from_env()
     metrics = ReplayTelemetry(telemetry or setup_telemetry())
-    broker = KafkaBroker(settings.kafka_bootstrap_servers, acks="all")
-    redis = Redis.from_url(settings.redis_url)
-    store = ArtefactStore(redis, artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
+    broker = KafkaBroker(servers(settings.kafka_bootstrap_servers), acks="all", enable_idempotence=True, security=broker_security())
+    store = ArtefactStore(connect(settings.redis_url), artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
     worker = ReplayWorker(broker, store, metrics)
 
     @broker.subscriber(
@@ -163,13 +173,20 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
 
     app = FastStream(broker, logger=log)
 
+    health: dict[str, HealthServer] = {}
+
     @app.on_startup
     async def _topics() -> None:
         await ensure_replay_topics(settings)
+        if settings.health_port:  # the same probes as the normalizer's (deploy/helm: liveness, readiness)
+            health["server"] = HealthServer(lambda: replay_readiness(broker, store), port=settings.health_port)
+            await health["server"].start()
 
     @app.on_shutdown
     async def _close() -> None:
-        await redis.aclose()
+        if "server" in health:
+            await health.pop("server").stop()
+        await store.aclose()
 
     return app, worker
 
@@ -178,7 +195,8 @@ def run(settings: WorkerSettings | None = None) -> None:
     """``reasonwire worker replay``: run until SIGINT/SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app, _ = create_app(settings)
-    asyncio.run(app.run())
+    with topics_admin.start_failures(log):
+        asyncio.run(app.run())
 
 
 def _request_id(raw: bytes) -> str:

@@ -30,7 +30,7 @@ from workers.errors import ConfigurationError
 
 NonEmpty = Annotated[str, Field(min_length=1)]
 
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis-cluster", "rediss-cluster")
 
 
 class WorkerSettings(BaseSettings):
@@ -104,6 +104,14 @@ class WorkerSettings(BaseSettings):
         parts = urlsplit(value)
         if parts.scheme not in REDIS_SCHEMES:
             raise ValueError(f"the URL must start with {', '.join(s + '://' for s in REDIS_SCHEMES)}")
+        if parts.scheme.endswith("-cluster"):  # host:port,host:port… (workers/redis_connect.py)
+            from workers.redis_connect import cluster_nodes
+
+            try:
+                cluster_nodes(value)
+            except ValueError:
+                raise ValueError("a cluster URL lists host:port pairs with numeric ports") from None
+            return value
         try:
             parts.port  # noqa: B018 — raises on a port that is not a number
         except ValueError:

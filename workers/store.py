@@ -6,6 +6,12 @@ the outputs are published — one round trip per batch of records. Runs that
 ended are closed (journal dropped, ended marker set) in a second transaction
 after publishing, and the offsets are committed after that.
 
+On a Redis Cluster (``REDIS_URL=redis-cluster://…``, :mod:`workers.redis_connect`) a
+transaction may touch one hash slot only: the same writes go as one transaction per slot
+(every key of a thread shares one, a run's journal has its own), in poll order within a
+slot, and a batch that ends a run waits for a replica's acknowledgement (``WAIT``) before
+its terminal event is published (:mod:`workers.redis_slots`).
+
 Store loss (issue 13, finding 5). A Redis that restarts without its data (no
 persistence, ``SHUTDOWN NOSAVE`` without AOF, ``FLUSHALL``, a failover to an
 empty replica) would make the worker rebuild open runs from nothing and publish
@@ -26,11 +32,13 @@ import time
 from collections.abc import Iterable, Sequence
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from contracts.artefacts import ArtefactRecord
 from contracts.store import artefact_key, artefact_slot, ended_key, journal_key, thread_index_key, thread_runs_key
 from workers.core.normalizer import JournalEntry, RunKey, Step
 from workers.core.wire import record_json
+from workers.redis_slots import Op, SlotWriter, queue
 
 _SSE_SEPARATOR = b"\x00"
 
@@ -58,14 +66,25 @@ class StoreLost(Exception):
 class ArtefactStore:
     """Artefacts by tenant + thread + entityId, a per-thread index, and run journals."""
 
-    def __init__(self, redis: Redis, *, artefact_ttl_s: int, journal_ttl_s: int) -> None:
+    def __init__(
+        self, redis: Redis | RedisCluster, *, artefact_ttl_s: int, journal_ttl_s: int, wait_replicas: int = 1, wait_timeout_ms: int = 1000
+    ) -> None:
         self.redis = redis
         self.artefact_ttl_s = artefact_ttl_s
         self.journal_ttl_s = journal_ttl_s
+        self.slot_writer = SlotWriter(redis, wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms) if isinstance(redis, RedisCluster) else None
+        """On a Redis Cluster: the poll's writes as one transaction per hash slot, then ``WAIT``
+        (:mod:`workers.redis_slots`); ``None`` on one server (one transaction per poll)."""
         self.epoch: str | None = None
         """The epoch id this process works in; ``None`` (never claimed): no checks (tools, tests)."""
         self.lost_ms: int | None = None
         """When a worker last found this store had lost data (from the epoch hash)."""
+
+    async def aclose(self) -> None:
+        """Close the client (and, on a cluster, the per-master connections of the slot writer)."""
+        if self.slot_writer is not None:
+            await self.slot_writer.aclose()
+        await self.redis.aclose()
 
     # -- the epoch (store-loss detection) -------------------------------------------------
 
@@ -113,8 +132,10 @@ class ArtefactStore:
             raise StoreLost("the store's epoch is missing or changed: Redis lost data")
 
     async def apply(self, steps: Iterable[Step]) -> int:
-        """Write the state of a batch of steps in one transaction; returns artefacts written."""
-        pipe = self.redis.pipeline(transaction=True)
+        """Write the state of a batch of steps in one transaction (on a cluster: one per hash slot,
+        then a replica's acknowledgement when the batch ends a run); returns artefacts written."""
+        steps = list(steps)
+        pipe: list[Op] = []
         written = 0
         now_ms = int(time.time() * 1000)
         journals: dict[RunKey, dict[str, bytes]] = {}
@@ -133,18 +154,13 @@ class ArtefactStore:
                     threads[step.run] = step.thread_id
         for run, fields in journals.items():  # one HSET + one EXPIRE per run per batch, not per record
             key = journal_key(run.tenant, run.run_id)
-            pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
-            pipe.expire(key, self.journal_ttl_s)
+            pipe.append(Op("hset", (key,), {"mapping": fields}))
+            pipe.append(Op("expire", (key, self.journal_ttl_s)))
             if run in threads:  # so erasing the thread finds this run's raw events (P7)
                 runs = thread_runs_key(run.tenant, threads[run])
-                pipe.sadd(runs, run.run_id)
-                pipe.expire(runs, self.journal_ttl_s)
-        if len(pipe):
-            if self.epoch is not None:
-                pipe.hget(EPOCH_KEY, "id")  # in the transaction: the writes and the check see one store
-            replies = await pipe.execute()
-            if self.epoch is not None:
-                self._check_epoch(replies[-1])
+                pipe.append(Op("sadd", (runs, run.run_id)))
+                pipe.append(Op("expire", (runs, self.journal_ttl_s)))
+        await self._write(pipe, wait=any(step.run_ended for step in steps))
         return written
 
     async def close_runs(self, steps: Iterable[Step]) -> None:
@@ -154,19 +170,35 @@ class ArtefactStore:
         is redelivered, and its runs are rebuilt from the journal — a marker written
         earlier would make the retry skip the run's last events, ``RUN_FINISHED`` included.
         """
-        pipe = self.redis.pipeline(transaction=True)
+        pipe: list[Op] = []
         for step in steps:
             if step.run is not None and step.run_ended:
-                pipe.delete(journal_key(step.run.tenant, step.run.run_id))
+                pipe.append(Op("delete", (journal_key(step.run.tenant, step.run.run_id),)))
                 # where the run ended (partition:offset): a later record is dead-lettered, a redelivered one is not
                 marker = f"{step.ended_at[0]}:{step.ended_at[1]}".encode() if step.ended_at else b"1"
-                pipe.set(ended_key(step.run.tenant, step.run.run_id), marker, ex=self.journal_ttl_s)
-        if len(pipe):
-            if self.epoch is not None:
-                pipe.hget(EPOCH_KEY, "id")
-            replies = await pipe.execute()
-            if self.epoch is not None:
-                self._check_epoch(replies[-1])
+                pipe.append(Op("set", (ended_key(step.run.tenant, step.run.run_id), marker), {"ex": self.journal_ttl_s}))
+        await self._write(pipe, wait=False)
+
+    async def _write(self, ops: list[Op], *, wait: bool) -> list[object]:
+        """The ops in one ``MULTI``/``EXEC`` with the epoch check inside (one server), or one
+        transaction per hash slot with the epoch read after them (a cluster: the epoch key has
+        its own slot); with ``wait`` on a cluster, a replica acknowledges before this returns."""
+        if self.slot_writer is not None:
+            replies = await self.slot_writer.write(ops, wait=wait)
+            if self.epoch is not None and ops:
+                self._check_epoch(await self.redis.hget(EPOCH_KEY, "id"))
+            return replies
+        if not ops:
+            return []
+        pipe = self.redis.pipeline(transaction=True)
+        queue(pipe, ops)
+        if self.epoch is not None:
+            pipe.hget(EPOCH_KEY, "id")  # in the transaction: the writes and the check see one store
+        replies = await pipe.execute()
+        if self.epoch is not None:
+            self._check_epoch(replies[-1])
+            replies = replies[:-1]
+        return replies
 
     async def load_journal(self, run: RunKey) -> tuple[list[JournalEntry], bytes | bool]:
         """The raw events an open run has consumed so far, and the run's ended marker (``False``: not ended)."""
@@ -200,25 +232,23 @@ class ArtefactStore:
         index, runs_key = thread_index_key(tenant, thread_id), thread_runs_key(tenant, thread_id)
         slots = list(dict.fromkeys(s.decode() for s in await self.redis.lrange(index, 0, -1)))
         runs = sorted(r.decode() for r in await self.redis.smembers(runs_key))
-        pipe = self.redis.pipeline(transaction=True)
-        for slot in slots:
-            pipe.delete(artefact_key(tenant, thread_id, slot))
-        for run_id in runs:
-            pipe.delete(journal_key(tenant, run_id))
-        pipe.delete(index, runs_key)
-        results = await pipe.execute()
+        # one server: one transaction; a cluster: the thread's slot in one, each run journal's in its own
+        pipe = [Op("delete", (artefact_key(tenant, thread_id, slot),)) for slot in slots]
+        pipe += [Op("delete", (journal_key(tenant, run_id),)) for run_id in runs]
+        pipe.append(Op("delete", (index, runs_key)))
+        results = await self._write(pipe, wait=False)
         removed_slots = [s for s, n in zip(slots, results, strict=False) if n]
         removed_journals = [r for r, n in zip(runs, results[len(slots) :], strict=False) if n]
         return {"artefacts": removed_slots, "journals": removed_journals}
 
-    def _put_artefact(self, pipe: object, record: ArtefactRecord, ttl_s: int) -> None:
+    def _put_artefact(self, pipe: list[Op], record: ArtefactRecord, ttl_s: int) -> None:
         tenant = record.tenant or "default"
         slot = artefact_slot(record.entity_id, record.native.position)
         key = artefact_key(tenant, record.thread_id, slot)
         index = thread_index_key(tenant, record.thread_id)
-        pipe.set(key, record_json(record), ex=ttl_s)  # type: ignore[attr-defined]
-        pipe.rpush(index, slot)  # type: ignore[attr-defined]
-        pipe.expire(index, ttl_s)  # type: ignore[attr-defined]
+        pipe.append(Op("set", (key, record_json(record)), {"ex": ttl_s}))
+        pipe.append(Op("rpush", (index, slot)))
+        pipe.append(Op("expire", (index, ttl_s)))
 
 
 def _journal_entries(entries: dict[bytes, bytes]) -> list[JournalEntry]:

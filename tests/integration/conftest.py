@@ -33,10 +33,14 @@ from contracts import topics
 from tests.integration.service_choice import ServiceChoiceError, choose, docker_answers
 from workers.ingress import OutgoingRecord
 from workers.normalize import ensure_topics
+from workers.redis_connect import connect
 from workers.settings import WorkerSettings
 from workers.store import EPOCH_KEY, ArtefactStore
 
 ROOT = Path(__file__).resolve().parents[2]
+# Topics are created by a worker only with RW_CREATE_TOPICS=true (issue 16): the tests' own
+# broker is theirs to provision, as `make test` and `make run` do.
+os.environ.setdefault("RW_CREATE_TOPICS", "true")
 PARTITIONS = 4
 
 
@@ -149,7 +153,7 @@ async def fresh_store_epoch(redis_url: str) -> None:
     """A new, not-lost store epoch on the test Redis. Priming commits the group's offsets, and
     a worker that then finds no epoch would rightly take the store for one that lost its data
     (docs/reliability.md) — and so would every worker after a test that wiped the epoch."""
-    redis = Redis.from_url(redis_url)
+    redis = connect(redis_url)
     try:
         await redis.delete(EPOCH_KEY)
         await ArtefactStore(redis, artefact_ttl_s=60, journal_ttl_s=60).claim_epoch(lost=False)
@@ -224,7 +228,7 @@ async def producer(services: dict[str, str]) -> AsyncIterator[AIOKafkaProducer]:
 
 @pytest_asyncio.fixture
 async def redis(services: dict[str, str]) -> AsyncIterator[Redis]:
-    client = Redis.from_url(services["REDIS_URL"])
+    client = connect(services["REDIS_URL"])  # a redis-cluster:// URL gives a RedisCluster (make test-cluster)
     yield client
     await client.aclose()
 

@@ -32,7 +32,6 @@ import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
-from redis.asyncio import Redis
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -45,6 +44,9 @@ from workers.errors import ConfigurationError
 from workers.gateway.fanout import Fanout, RunLog
 from workers.gateway.keys import Audience, KeyBook, Principal
 from workers.ingress_client import IngressError, Publisher
+from workers.kafka_security import KafkaSecurityError, client_kwargs, security_failure, witness
+from workers.redis_connect import connect
+from workers.topics_admin import replication_factor
 
 VIEWER = Path(__file__).with_name("viewer.html")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -104,9 +106,9 @@ class Gateway:
 
     async def start(self) -> None:
         """Clients are made here: aiokafka binds its objects to the running loop."""
-        self.producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap_servers, acks="all", enable_idempotence=True)
+        self.producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap_servers, acks="all", enable_idempotence=True, **client_kwargs())
         self.publisher = Publisher(producer=self.producer)
-        self.redis = Redis.from_url(self.settings.redis_url)
+        self.redis = connect(self.settings.redis_url)
         await self.producer.start()
         await _ensure_requests_topic(self.settings)
 
@@ -138,17 +140,13 @@ class Gateway:
 
 
 async def _ensure_requests_topic(settings: GatewaySettings) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import TopicAlreadyExistsError
+    """The run-request topic, created only with ``RW_CREATE_TOPICS=true`` (else checked: a missing
+    one is one line naming it) — where topics are provisioned, ``reasonwire topics apply`` does it."""
+    from contracts.topic_plan import plan
+    from workers.topics_admin import create_enabled, ensure
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
-    await admin.start()
-    try:
-        if topics.REQUESTS not in await admin.list_topics():
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics([NewTopic(topics.REQUESTS, settings.partitions, 1)])
-    finally:
-        await admin.close()
+    specs = [s for s in plan(settings.partitions, replication_factor()) if s.name == topics.REQUESTS]
+    await ensure(settings.kafka_bootstrap_servers, specs, create=create_enabled())
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -314,14 +312,18 @@ async def unreachable(settings: GatewaySettings) -> str | None:
     wrong is said plainly, not as uvicorn's start-up traceback), or None."""
     from redis.exceptions import RedisError
 
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers)
     try:
-        await producer.start()
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, **client_kwargs())
+    except KafkaSecurityError as exc:
+        return str(exc)
+    try:
+        with witness(quiet=True) as seen:
+            await producer.start()
     except KafkaError as exc:
-        return f"cannot reach Kafka at KAFKA_BOOTSTRAP_SERVERS={settings.kafka_bootstrap_servers} ({type(exc).__name__})"
+        return security_failure(exc, seen.seen) or f"cannot reach Kafka at KAFKA_BOOTSTRAP_SERVERS={settings.kafka_bootstrap_servers} ({type(exc).__name__})"
     finally:
         await producer.stop()
-    redis = Redis.from_url(settings.redis_url)
+    redis = connect(settings.redis_url)
     try:
         await redis.ping()
     except (RedisError, OSError) as exc:

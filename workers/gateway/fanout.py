@@ -36,6 +36,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
 from contracts.envelope import HEADER_EVENT_SEQ, HEADER_RUN_ID, HEADER_TENANT, HEADER_THREAD_ID
+from workers.kafka_security import client_kwargs
 
 log = logging.getLogger("reasonwire.gateway")
 
@@ -162,7 +163,7 @@ class PartitionReader:
         return found
 
     async def _read(self) -> None:
-        consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, group_id=None, enable_auto_commit=False, fetch_max_wait_ms=50)
+        consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, group_id=None, enable_auto_commit=False, fetch_max_wait_ms=50, **client_kwargs())
         await consumer.start()
         try:
             consumer.assign([self.tp])
@@ -233,7 +234,7 @@ class Fanout:
     async def partitions(self, topic: str) -> int:
         if topic not in self._partitions:
             if self._meta is None:
-                self._meta = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, group_id=None)
+                self._meta = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, group_id=None, **client_kwargs())
                 await self._meta.start()
             parts = self._meta.partitions_for_topic(topic)
             if not parts:

@@ -102,8 +102,9 @@ def _artefacts(args: argparse.Namespace, thread_id: str | None) -> list[Any]:
 
 
 async def _from_redis(tenant: str, thread_id: str) -> list[Any]:
-    from redis.asyncio import Redis
     from redis.exceptions import RedisError
+
+    from workers.redis_connect import connect
 
     from workers.replay.sources import read_thread
     from workers.errors import ServiceUnreachable
@@ -111,7 +112,7 @@ async def _from_redis(tenant: str, thread_id: str) -> list[Any]:
     from workers.store import ArtefactStore
 
     settings = WorkerSettings.from_env()
-    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=10)  # a store that does not answer fails, not hangs
+    redis = connect(settings.redis_url, socket_connect_timeout=10)  # a store that does not answer fails, not hangs
     try:
         store = ArtefactStore(redis, artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
         return await read_thread(store, tenant, thread_id)

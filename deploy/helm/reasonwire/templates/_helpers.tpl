@@ -1,0 +1,102 @@
+{{/* Names and shared pod parts of the reasonwire chart. */}}
+{{- define "reasonwire.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "reasonwire.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "reasonwire.selector" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "reasonwire.secretName" -}}
+{{- default (printf "%s-secret" (include "reasonwire.fullname" .)) .Values.secret.existingSecret -}}
+{{- end -}}
+
+{{- define "reasonwire.image" -}}
+{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end -}}
+
+{{/* terminationGracePeriodSeconds: longer than a drain (values.drainSeconds) by a margin. */}}
+{{- define "reasonwire.grace" -}}
+{{- add (int .Values.drainSeconds) (int .Values.graceMarginSeconds) -}}
+{{- end -}}
+
+{{/* env: the ConfigMap, then the Secret (credentials win over config). */}}
+{{- define "reasonwire.envFrom" -}}
+envFrom:
+  - configMapRef:
+      name: {{ include "reasonwire.fullname" . }}-config
+  - secretRef:
+      name: {{ include "reasonwire.secretName" . }}
+{{- end -}}
+
+{{- define "reasonwire.tlsVolume" -}}
+{{- if .Values.kafka.tlsSecretName }}
+volumes:
+  - name: kafka-tls
+    secret:
+      secretName: {{ .Values.kafka.tlsSecretName }}
+  - name: tmp
+    emptyDir: {}
+{{- else }}
+volumes:
+  - name: tmp
+    emptyDir: {}
+{{- end }}
+{{- end -}}
+
+{{- define "reasonwire.tlsMount" -}}
+volumeMounts:
+  - name: tmp
+    mountPath: /tmp
+{{- if .Values.kafka.tlsSecretName }}
+  - name: kafka-tls
+    mountPath: /etc/reasonwire/kafka-tls
+    readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* Liveness and readiness on the worker's health server (RW_HEALTH_PORT). */}}
+{{- define "reasonwire.workerProbes" -}}
+ports:
+  - name: health
+    containerPort: {{ .Values.health.port }}
+livenessProbe:
+  httpGet: {path: /healthz, port: health}
+  initialDelaySeconds: 10
+  periodSeconds: 10
+  failureThreshold: 3
+readinessProbe:
+  httpGet: {path: /readyz, port: health}
+  initialDelaySeconds: 5
+  periodSeconds: 5
+  failureThreshold: 2
+{{- end -}}
+
+{{- define "reasonwire.pod" -}}
+terminationGracePeriodSeconds: {{ include "reasonwire.grace" .root }}
+securityContext: {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+{{- with .root.Values.nodeSelector }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.affinity }}
+affinity: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{ include "reasonwire.tlsVolume" .root }}
+{{- end -}}

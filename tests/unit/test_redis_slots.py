@@ -1,0 +1,43 @@
+"""Redis Cluster helpers (issue 16): URL parsing and per-slot grouping (pure parts)."""
+
+from __future__ import annotations
+
+import pytest
+
+from contracts.store import artefact_key, ended_key, journal_key, thread_index_key, thread_runs_key
+from workers.redis_connect import cluster_nodes, wants_cluster
+from workers.redis_slots import Op, group_by_slot, slot_of
+
+
+def test_every_key_of_a_thread_shares_a_slot_and_a_run_journal_its_own() -> None:
+    thread = {slot_of(k) for k in (artefact_key("t", "th-1", "e#0"), artefact_key("t", "th-1", "e2#3"), thread_index_key("t", "th-1"), thread_runs_key("t", "th-1"))}
+    assert len(thread) == 1
+    assert slot_of(journal_key("t", "run-9")) == slot_of(ended_key("t", "run-9"))
+    many = {slot_of(thread_index_key("t", f"th-{i}")) for i in range(200)}
+    assert len(many) > 150  # threads spread over the slots, not one tag for all
+
+
+def test_group_by_slot_keeps_order_within_a_slot_and_first_appearance_across() -> None:
+    a1 = Op("set", (artefact_key("t", "A", "x#0"), b"1"))
+    b1 = Op("rpush", (thread_index_key("t", "B"), "y#0"))
+    a2 = Op("rpush", (thread_index_key("t", "A"), "x#0"))
+    j = Op("hset", (journal_key("t", "run"),), {"mapping": {"0": b"e"}})
+    groups = group_by_slot([a1, b1, a2, j])
+    assert list(groups.values())[0] == [a1, a2]
+    assert [op for ops in groups.values() for op in ops if op in (b1, j)] == [b1, j]
+    assert all(len({slot_of(op.key) for op in ops}) == 1 for ops in groups.values())
+
+
+def test_a_delete_spanning_two_slots_is_refused() -> None:
+    with pytest.raises(ValueError, match="2 hash slots"):
+        group_by_slot([Op("delete", (thread_index_key("t", "A"), thread_index_key("t", "B")))])
+    assert len(group_by_slot([Op("delete", (thread_index_key("t", "A"), thread_runs_key("t", "A")))])) == 1
+
+
+def test_cluster_urls() -> None:
+    assert wants_cluster("redis-cluster://h:1/0", {})
+    assert wants_cluster("redis://h:1/0", {"RW_REDIS_CLUSTER": "1"})
+    assert not wants_cluster("redis://h:1/0", {"RW_REDIS_CLUSTER": "0"})
+    plain, nodes = cluster_nodes("rediss-cluster://u:p%40w@a:7000,b:7001/0?ssl_ca_certs=/ca.pem")
+    assert plain == "rediss://u:p%40w@a:7000/0?ssl_ca_certs=/ca.pem"
+    assert nodes == [("a", 7000), ("b", 7001)]

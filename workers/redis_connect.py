@@ -1,0 +1,80 @@
+"""One way to open Redis for every component: a single server or a Redis Cluster (issue 16).
+
+``REDIS_URL`` as redis-py reads it (``redis://``, ``rediss://`` for TLS, ``user:password@``
+for an ACL user, ``?ssl_ca_certs=…`` and the other connection options), or a cluster:
+
+* ``redis-cluster://host1:port1,host2:port2/0`` (``rediss-cluster://`` with TLS): every
+  listed node is a start-up node, so the client starts while one of them is down;
+* or any ``redis://`` URL with ``RW_REDIS_CLUSTER=1``.
+
+Cluster mode uses redis-py's ``RedisCluster``; the store then groups each poll's writes
+per hash slot (:mod:`workers.redis_slots`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import parse_url
+
+_CLUSTER_SCHEMES = {"redis-cluster": "redis", "rediss-cluster": "rediss"}
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def wants_cluster(url: str, env: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    return urlsplit(url).scheme in _CLUSTER_SCHEMES or (env.get("RW_REDIS_CLUSTER") or "").strip().lower() in _TRUE
+
+
+def cluster_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """The URL redis-py can parse (first node, plain scheme) and every listed ``host:port``."""
+    parts = urlsplit(url)
+    scheme = _CLUSTER_SCHEMES.get(parts.scheme, parts.scheme)
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    nodes = []
+    for item in hosts.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host:
+            host, port = port, "6379"
+        nodes.append((host.strip("[]"), int(port)))
+    first = f"{userinfo + '@' if userinfo else ''}{nodes[0][0]}:{nodes[0][1]}"
+    return urlunsplit((scheme, first, parts.path, parts.query, "")), nodes
+
+
+def connect(url: str, env: Mapping[str, str] | None = None, **kwargs: Any) -> Redis | RedisCluster:
+    """A client for ``url``: ``RedisCluster`` when :func:`wants_cluster`, else ``Redis``."""
+    if not wants_cluster(url, env):
+        return Redis.from_url(url, **kwargs)
+    plain, nodes = cluster_nodes(url)
+    options = {**parse_url(plain), **kwargs}
+    options.pop("host", None)
+    options.pop("port", None)
+    if options.pop("db", 0) not in (0, "0"):
+        raise ValueError("REDIS_URL: a Redis Cluster has only database 0")
+    options.pop("connection_class", None)
+    if plain.startswith("rediss:"):
+        options["ssl"] = True
+    return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes], **options)
+
+
+def redis_wait(env: Mapping[str, str] | None = None) -> dict[str, int]:
+    """The store's ``WAIT`` on a cluster: ``RW_REDIS_WAIT_REPLICAS`` (default 1; 0 turns it off)
+    replicas must acknowledge a batch that ends a run, within ``RW_REDIS_WAIT_TIMEOUT_MS``
+    (default 1000) — past that the terminal event goes out anyway and the worker logs it."""
+    env = os.environ if env is None else env
+    out = {}
+    for name, key, default in (("RW_REDIS_WAIT_REPLICAS", "wait_replicas", 1), ("RW_REDIS_WAIT_TIMEOUT_MS", "wait_timeout_ms", 1000)):
+        value = (env.get(name) or str(default)).strip()
+        if not value.isdigit():
+            raise ValueError(f"{name} must be a non-negative integer")
+        out[key] = int(value)
+    return out
+
+
+def is_cluster(redis: Any) -> bool:
+    return isinstance(redis, RedisCluster)
