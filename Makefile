@@ -13,7 +13,7 @@ SAMPLES = $(sort $(if $(RW_SAMPLES),$(wildcard $(RW_SAMPLES)/*/*.jsonl),$(foreac
 .PHONY: help install services services-down test test-unit run gateway e2e-deps translate-samples clean
 
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
