@@ -120,6 +120,7 @@ class Worker:
             "REDIS_URL": self.services.redis_url,
             "RW_GROUP_ID": self.group,
             "RW_PARTITIONS": "8",
+            "RW_CREATE_TOPICS": "true",  # the chaos run's own broker: the worker creates what the plan lists
             "RW_INACTIVITY_TIMEOUT_S": "30",  # shorter than the broker restart: the expiry guard is exercised
             "RW_HEALTH_PORT": str(self.health_port),
             "OTEL_TRACES_EXPORTER": "none",
