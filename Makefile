@@ -127,5 +127,6 @@ clean: ## remove the virtualenv and outputs
 # Not part of `make test`: about 10 minutes, its own Kafka and Redis (ports 19710-19716,
 # state /tmp/rw-chaos; CHAOS_KAFKA_PORT / CHAOS_REDIS_PORT / CHAOS_STATE to move them).
 .PHONY: chaos
-chaos: $(STAMP) ## fault and bad-input run of the worker on real services; prints one table (docs/reliability.md)
+chaos: $(STAMP) ## fault and bad-input run of the worker on real services, then broker kills on a 3-broker cluster; one table each (docs/reliability.md)
 	$(PY) -m chaos $(CHAOS_ARGS)
+	$(PY) -m chaos --kafka-brokers 3 --state /tmp/rw-chaos-cluster --out out/chaos-cluster $(CHAOS_CLUSTER_ARGS)

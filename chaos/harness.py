@@ -296,6 +296,27 @@ def broker_restart() -> Fault:
     return act
 
 
+def broker_kill(node: int, down_s: float) -> Fault:
+    """SIGKILL one broker of a replicated cluster mid-stream (issue 16): producers with
+    ``acks=all`` and idempotence, RF 3 and ``min.insync.replicas`` 2 lose nothing; the worker carries on."""
+
+    async def act(chaos: Chaos) -> None:
+        await asyncio.to_thread(chaos.services.broker, "kill-kafka", node)
+        await asyncio.sleep(down_s)
+        await asyncio.to_thread(chaos.services.broker, "start-kafka", node)
+
+    return act
+
+
+def cluster_scenarios() -> list[Scenario]:
+    """What ``make chaos`` runs on a 3-broker cluster (``--kafka-brokers 3``)."""
+    return [
+        Scenario("cluster_baseline", 100, 8),
+        Scenario("broker_kill", 200, 20, [(4, "SIGKILL broker 2 (restarted 8 s later)", broker_kill(2, 8)),
+                                          (13, "SIGKILL broker 3 (restarted 5 s later)", broker_kill(3, 5))]),
+    ]
+
+
 def scenarios() -> list[Scenario]:
     return [
         Scenario("baseline", 100, 8),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ROOT / "deploy" / "services.sh"
+CLUSTER = ROOT / "deploy" / "cluster.sh"
 
 
 @dataclass
@@ -23,19 +24,27 @@ class Services:
     kafka_port: int
     redis_port: int
     log: Path
+    kafka_brokers: int = 1
+    """1: one KRaft node (``services.sh``). More: that many brokers (``deploy/cluster.sh``, RF 3,
+    ``min.insync.replicas`` 2) on ``kafka_port + 20 …`` — the issue 16 scenario of ``make chaos``."""
 
     @property
     def env(self) -> dict[str, str]:
-        return {
+        env = {
             **{k: v for k, v in os.environ.items() if k not in ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL")},
             "RW_STATE": str(self.state),
             "KAFKA_PORT": str(self.kafka_port),
             "KAFKA_CONTROLLER_PORT": str(self.kafka_port + 1),
             "REDIS_PORT": str(self.redis_port),
         }
+        if self.kafka_brokers > 1:
+            env |= {"KAFKA_CLUSTER_PORT": str(self.kafka_port + 20), "RW_REPLICATION_FACTOR": str(min(3, self.kafka_brokers))}
+        return env
 
     @property
     def bootstrap(self) -> str:
+        if self.kafka_brokers > 1:
+            return ",".join(f"127.0.0.1:{self.kafka_port + 20 + i}" for i in range(self.kafka_brokers))
         return f"127.0.0.1:{self.kafka_port}"
 
     @property
@@ -44,11 +53,24 @@ class Services:
 
     def up(self) -> None:
         with self.log.open("ab") as out:
+            if self.kafka_brokers > 1:  # Redis from services.sh (told the broker is supplied), the brokers from cluster.sh
+                env = {**self.env, "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap}
+                subprocess.run(["bash", str(SERVICES), "up"], env=env, stdout=subprocess.DEVNULL, stderr=out, check=True, cwd=ROOT)
+                subprocess.run(["bash", str(CLUSTER), "up", "--kafka-brokers", str(self.kafka_brokers)],
+                               env=self.env, stdout=subprocess.DEVNULL, stderr=out, check=True, cwd=ROOT)
+                return
             subprocess.run(["bash", str(SERVICES), "up"], env=self.env, stdout=subprocess.DEVNULL, stderr=out, check=True, cwd=ROOT)
 
     def down(self) -> None:
         with self.log.open("ab") as out:
+            if self.kafka_brokers > 1:
+                subprocess.run(["bash", str(CLUSTER), "down"], env=self.env, stdout=subprocess.DEVNULL, stderr=out, check=False, cwd=ROOT)
             subprocess.run(["bash", str(SERVICES), "down"], env=self.env, stdout=subprocess.DEVNULL, stderr=out, check=False, cwd=ROOT)
+
+    def broker(self, action: str, node: int) -> None:
+        """``kill-kafka N`` (SIGKILL) or ``start-kafka N`` on the brokers of ``deploy/cluster.sh``."""
+        with self.log.open("ab") as out:
+            subprocess.run(["bash", str(CLUSTER), action, str(node)], env=self.env, stdout=subprocess.DEVNULL, stderr=out, check=True, cwd=ROOT)
 
     def wipe_redis(self) -> None:
         shutil.rmtree(self.state / "redis", ignore_errors=True)
