@@ -34,13 +34,14 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 from pydantic import ValidationError
-from redis.asyncio import Redis
 
 from contracts import topics
 from contracts.grammars import Grammar
 from contracts.replay import ReplayTarget
 from contracts.run_request import RunRequest
 from workers.ingress_client import Publisher
+from workers.kafka_security import client_kwargs
+from workers.redis_connect import connect
 from workers.replay import ReplayError, replay
 from workers.replay.sources import read_thread
 from workers.settings import WorkerSettings
@@ -66,8 +67,9 @@ class AgentService:
             bootstrap_servers=self.settings.kafka_bootstrap_servers,
             group_id="reasonwire-example-agent",
             auto_offset_reset="earliest",
+            **client_kwargs(),  # SASL / TLS from KAFKA_* (workers.kafka_security), as every client of the package
         )
-        redis = Redis.from_url(self.settings.redis_url)
+        redis = connect(self.settings.redis_url)  # a Redis Cluster URL too (workers.redis_connect)
         store = ArtefactStore(redis, artefact_ttl_s=self.settings.artefact_ttl_s, journal_ttl_s=self.settings.journal_ttl_s)
         await consumer.start()
         try:
