@@ -164,19 +164,36 @@ def _audience(request: Request, principal: Principal) -> Audience | JSONResponse
     return audience
 
 
+def _authenticated(request: Request) -> tuple[Gateway, Principal] | JSONResponse:
+    """The gateway and the key's principal, or the 401 every route answers without a known key."""
+    gw: Gateway = request.app.state.gateway
+    principal = gw.principal(request)
+    if principal is None:
+        return _error(401, "an API key is required (Authorization: Bearer <key>)")
+    return gw, principal
+
+
+def _reader(request: Request) -> tuple[Gateway, Principal, Audience] | JSONResponse:
+    """As :func:`_authenticated`, plus the audience the caller asked for and is entitled to (400 / 403)."""
+    caller = _authenticated(request)
+    if isinstance(caller, Response):
+        return caller
+    audience = _audience(request, caller[1])
+    if isinstance(audience, Response):
+        return audience
+    return (*caller, audience)
+
+
 def _resume_after(request: Request) -> int:
     value = request.headers.get("last-event-id") or request.query_params.get("lastEventId") or ""
     return int(value) if value.strip().isdigit() else -1
 
 
 async def run_events(request: Request) -> Response:
-    gw: Gateway = request.app.state.gateway
-    principal = gw.principal(request)
-    if principal is None:
-        return _error(401, "an API key is required (Authorization: Bearer <key>)")
-    audience = _audience(request, principal)
-    if isinstance(audience, Response):
-        return audience
+    access = _reader(request)
+    if isinstance(access, Response):
+        return access
+    gw, principal, audience = access
     thread_id, run_id = request.path_params["thread_id"], request.path_params["run_id"]
     try:
         reader = await gw.fanout.reader(audience.topic, run_id)
@@ -192,13 +209,10 @@ async def agent(request: Request) -> Response:
     """``HttpAgent``: publish the run request, then stream the run the agent service produces."""
     from ag_ui.core import RunAgentInput
 
-    gw: Gateway = request.app.state.gateway
-    principal = gw.principal(request)
-    if principal is None:
-        return _error(401, "an API key is required (Authorization: Bearer <key>)")
-    audience = _audience(request, principal)
-    if isinstance(audience, Response):
-        return audience
+    access = _reader(request)
+    if isinstance(access, Response):
+        return access
+    gw, principal, audience = access
     try:
         body = orjson.loads(await request.body())
         run_input = RunAgentInput.model_validate(body)
@@ -242,10 +256,10 @@ async def agent(request: Request) -> Response:
 
 async def ingest(request: Request) -> Response:
     """HTTP ingress: records go out as the chunked body arrives (one per provider event)."""
-    gw: Gateway = request.app.state.gateway
-    principal = gw.principal(request)
-    if principal is None:
-        return _error(401, "an API key is required (Authorization: Bearer <key>)")
+    caller = _authenticated(request)
+    if isinstance(caller, Response):
+        return caller
+    gw, principal = caller
     provider = request.path_params["provider"]
     if provider not in {g.value for g in Grammar}:
         return _error(404, f"unknown provider grammar {provider!r}")
