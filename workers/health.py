@@ -104,6 +104,44 @@ class LogThrottle(logging.Filter):
         return True
 
 
+class RepeatGate:
+    """Says whether a line of one *kind* may be logged now: the first of each kind per
+    ``window_s``, then the next one after the window with how many were held back.
+
+    For the worker's own per-record lines (a translator warning, a dead letter): a provider
+    that adds an event type, or a producer that keeps sending a bad record, would otherwise
+    log a line per record — the metrics count every one (``reasonwire.events.unknown``,
+    ``reasonwire.dlq.records``). Asked before the line is built, so a held-back line costs a
+    dictionary lookup, not a log record."""
+
+    def __init__(self, *, window_s: float = 60.0, max_kinds: int = 1024, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_s = window_s
+        self.max_kinds = max_kinds
+        self.clock = clock
+        self._kinds: dict[Any, list[float | int]] = {}
+        """kind → [window start, held back in this window]."""
+        self.held_back = 0
+
+    def admit(self, kind: Any) -> int | None:
+        """``None``: hold this line back; else log it, noting the returned count of lines of this
+        kind held back since the last one logged."""
+        now = self.clock()
+        seen = self._kinds.get(kind)
+        if seen is not None and now - seen[0] < self.window_s:
+            seen[1] += 1
+            self.held_back += 1
+            return None
+        if len(self._kinds) >= self.max_kinds and seen is None:
+            self._kinds.clear()  # a flood of distinct kinds: start over rather than grow
+        self._kinds[kind] = [now, 0]
+        return int(seen[1]) if seen is not None else 0
+
+
+def held_back_note(count: int, window_s: float) -> str:
+    """The suffix of a line logged after others of its kind were held back."""
+    return f" [{count} more like this in the last {window_s:.0f}s not logged]" if count else ""
+
+
 def install_log_throttle(window_s: float = 30.0) -> LogThrottle:
     """Attach one throttle to every handler of the root logger (records of child loggers
     propagate there; a filter on the ``aiokafka`` logger itself would miss its children's)."""

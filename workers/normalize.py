@@ -42,7 +42,7 @@ from workers import topics_admin
 from workers.core.backoff import Backoff, Degradation, Report
 from workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
 from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step
-from workers.health import HealthServer, HealthMetrics, classify, install_log_throttle
+from workers.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle
 from workers.kafka_security import broker_security, client_kwargs, servers
 from workers.redis_connect import connect, redis_wait
 from workers.settings import WorkerSettings
@@ -123,6 +123,8 @@ class NormalizerWorker:
         """The store's epoch vanished or changed: recover it and drop every run before the next poll."""
         self._healthy_since: float | None = time.monotonic()
         """Loop time since when polls and the broker have worked without a break (``None``: broken now)."""
+        self.repeats = RepeatGate()
+        """Per-record WARNING lines (translator warnings, dead letters): one per kind per minute."""
 
     async def handle(self, records: Sequence[RawRecord]) -> None:
         """Step one poll and put its writes in flight; returns before they are acknowledged."""
@@ -440,9 +442,12 @@ class NormalizerWorker:
         store, and that is an infrastructure failure: the poll is redone."""
         if isinstance(routed, DeadLetter):
             record = routed.record
-            log.warning(
-                "dead-lettered raw record at partition %d offset %d (%s): %s", record.partition, record.offset, routed.code, routed.reason
-            )
+            held = self.repeats.admit(("dead_letter", routed.code))
+            if held is not None:
+                log.warning(
+                    "dead-lettered raw record at partition %d offset %d (%s): %s%s",
+                    record.partition, record.offset, routed.code, routed.reason, held_back_note(held, self.repeats.window_s),
+                )
             return self.normalizer.reject(routed)
         if self.normalizer.needs_restore(routed):
             # fetched for this poll, once; a run met again in the poll after it ended reads it again
@@ -451,21 +456,29 @@ class NormalizerWorker:
                 return self._refuse_lost_run(routed)
             self.normalizer.restore(routed, journal, ended=ended)
         step = self.normalizer.accept(routed)
-        for warning in step.warnings:  # content-free by construction (P8)
-            log.warning("run %s line %d: %s", routed.envelope.run_id, warning.line, warning.message)
+        for warning in step.warnings:  # content-free by construction (P8); counted by the metrics
+            held = self.repeats.admit(("warning", routed.envelope.grammar, warning.code))
+            if held is not None:
+                log.warning(
+                    "run %s line %d: %s%s", routed.envelope.run_id, warning.line, warning.message, held_back_note(held, self.repeats.window_s)
+                )
         if step.dead_letter is not None:  # codes and exception types only: never the record's content
             record = routed.record
             # a late record is counted (metrics, DLQ), not logged at WARNING: a producer that keeps
-            # sending after its run ended must not flood the log
-            log.log(
-                logging.DEBUG if step.dead_letter is DeadLetterCode.RUN_ENDED else logging.WARNING,
-                "run %s: record at partition %d offset %d dead-lettered (%s)%s",
-                routed.envelope.run_id,
-                record.partition,
-                record.offset,
-                step.dead_letter,
-                f" after {step.error}" if step.error else "",
-            )
+            # sending after its run ended must not flood the log; other codes once per kind a minute
+            late = step.dead_letter is DeadLetterCode.RUN_ENDED
+            held = None if late else self.repeats.admit(("dead_letter", step.dead_letter))
+            if late or held is not None:
+                log.log(
+                    logging.DEBUG if late else logging.WARNING,
+                    "run %s: record at partition %d offset %d dead-lettered (%s)%s%s",
+                    routed.envelope.run_id,
+                    record.partition,
+                    record.offset,
+                    step.dead_letter,
+                    f" after {step.error}" if step.error else "",
+                    held_back_note(held or 0, self.repeats.window_s),
+                )
         if step.skipped:
             self.stats["skipped"] += 1
             # normal operation (the ingress's end record after the provider's own end): not INFO per run
@@ -721,8 +734,11 @@ async def _parse_raw(records: tuple[Any, ...], original: Any) -> KafkaMessage:
     the whole poll — up to ``RW_MAX_BATCH`` records of many runs — was dropped without a dead
     letter, and later commits moved past it. The framework's parser is still used, for the
     message it builds (and the consumer it carries), but on header-less copies; the originals
-    go on as ``raw_message``, which is all the handler reads."""
-    message: KafkaMessage = await original(tuple(dataclasses.replace(r, headers=()) for r in records))
+    go on as ``raw_message``, which is all the handler reads. Only the first and the last record
+    are handed to it (the message id names their offsets; the bodies it would collect go unread):
+    a header-less copy of every record cost a dataclass copy per record on the hot path."""
+    ends = records if len(records) <= 2 else (records[0], records[-1])
+    message: KafkaMessage = await original(tuple(dataclasses.replace(r, headers=()) for r in ends))
     message.raw_message = records
     return message
 

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from workers.core.backoff import Backoff, Degradation, Failure
-from workers.health import LogThrottle, classify
+from workers.health import LogThrottle, RepeatGate, classify, held_back_note
 from workers.store import StoreLost
 
 
@@ -116,6 +116,30 @@ def test_log_throttle_leaves_other_loggers_and_info_alone() -> None:
     assert all(throttle.filter(_record("joined group", level=logging.INFO)) for _ in range(3))
     assert throttle.filter(_record("one kind"))
     assert throttle.filter(_record("another kind"))
+
+
+def test_repeat_gate_logs_a_per_record_warning_once_per_kind_per_window() -> None:
+    """A provider that adds an event type makes every record warn (P3): the worker logs the first
+    of each kind a minute, then one line saying how many it held back; other kinds pass."""
+    clock = [0.0]
+    gate = RepeatGate(window_s=60.0, clock=lambda: clock[0])
+    kind = ("warning", "anthropic-messages", "unknown_event")
+    admitted = []
+    for i in range(10_000):
+        clock[0] = i / 1000  # 10 s of a record per ms
+        admitted.append(gate.admit(kind))
+    assert admitted[0] == 0 and admitted.count(None) == 9_999
+    assert gate.admit(("dead_letter", "invalid_envelope")) == 0  # another kind is not held back
+    clock[0] = 61.0
+    held = gate.admit(kind)
+    assert held == 9_999 and "9999 more like this in the last 60s not logged" in held_back_note(held, 60.0)
+    assert held_back_note(0, 60.0) == ""
+
+
+def test_repeat_gate_stays_bounded_under_a_flood_of_kinds() -> None:
+    gate = RepeatGate(max_kinds=8, clock=lambda: 0.0)
+    assert all(gate.admit(("k", i)) == 0 for i in range(100))
+    assert len(gate._kinds) <= 8
 
 
 async def _get(port: int, path: str) -> tuple[int, bytes]:
