@@ -635,7 +635,7 @@ async def readiness(worker: NormalizerWorker) -> dict[str, Any]:
 def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | None = None) -> tuple[FastStream, NormalizerWorker]:
     """The app and its worker; ``telemetry`` defaults to :func:`setup_telemetry` (``OTEL_*``)."""
     settings = settings or WorkerSettings.from_env()
-    traces = NormalizerTelemetry(telemetry or setup_telemetry(), group_id=settings.group_id)
+    traces = NormalizerTelemetry(telemetry or setup_telemetry(), group_id=settings.group_id, metric_flush_s=1.0)
     # acks=all + idempotence: on a replicated cluster a broker lost mid-stream loses no output
     # (min.insync.replicas=2 of 3) and a retried send is not written twice
     broker = KafkaBroker(
