@@ -19,7 +19,7 @@ worker's order and shape —
   per run for the journal and ``SADD`` + ``EXPIRE`` for the thread's run index;
 * then the outputs of runs that ended, the broker's acks, the ended markers
   (``MULTI``: ``DEL`` journal + ``SET`` marker) and the commit, in poll order,
-  up to four polls in flight (``RW_MAX_IN_FLIGHT``), as the worker pipelines.
+  up to ``RW_MAX_IN_FLIGHT`` polls in flight (the worker's default), as the worker pipelines.
 
 Worker ÷ floor is then the cost of reasonwire's own logic; floor ÷ bare
 passthrough is the cost of the extra outputs and the Redis writes it must make.
@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.worker_main import prefix_topics
+from workers.settings import WorkerSettings
 
 
 @dataclass
@@ -113,7 +114,8 @@ async def main() -> None:
     consumer.subscribe([os.environ["RW_BENCH_SOURCE"]], listener=_SayAssigned())
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    slots = asyncio.Semaphore(int(os.environ.get("RW_MAX_IN_FLIGHT", "4")))
+    default = WorkerSettings.model_fields["max_in_flight"].default  # the worker's own default
+    slots = asyncio.Semaphore(int(os.environ.get("RW_MAX_IN_FLIGHT", str(default))))
     partitioner = DefaultPartitioner()
     chosen: dict[tuple[str, bytes | None], int] = {}
     known: dict[str, list[int]] = {}

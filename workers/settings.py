@@ -60,7 +60,7 @@ class WorkerSettings(BaseSettings):
         300.0, allow_inf_nan=False, description="a run with no input for this long (s) ends with RUN_ERROR inactivity_timeout"
     )
     max_batch: PositiveInt = Field(200, description="raw records per poll: one Redis transaction and one offset commit per batch")
-    max_in_flight: PositiveInt = Field(4, description="polls whose writes may be in flight at once (1 = no overlap); polls still commit in order")
+    max_in_flight: PositiveInt = Field(8, description="polls whose writes may be in flight at once (1 = no overlap); polls still commit in order")
     policy_file: str | None = Field(None, description="JSON retention/audience policy (contracts/policy.py); unset: the default policy")
     health_port: int = Field(8080, ge=0, le=65535, description="port of /healthz and /readyz (0 disables; docs/reliability.md)")
     backoff_initial_s: PositiveFloat = Field(
