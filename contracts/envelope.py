@@ -94,38 +94,36 @@ def read_envelope(headers: Mapping[str, bytes | None], known_grammars: frozenset
     to ``default``.
     """
 
-    ours: list[tuple[str, bytes]] = [(name, value) for name in _ENVELOPE_HEADERS if (value := headers.get(name))]
-    try:  # one pass over our headers (others are not ours to judge): this runs for every raw record
-        decoded = {name: value.decode("utf-8") for name, value in ours}
+    # Runs for every raw record: one lookup and one decode per header, no intermediate
+    # containers (an empty value counts as absent, as a missing one).
+    get = headers.get
+    raw_run_id, raw_grammar, raw_seq, raw_control = get(HEADER_RUN_ID), get(HEADER_PROVIDER), get(HEADER_SEQ), get(HEADER_CONTROL)
+    raw_thread, raw_tenant, raw_model = get(HEADER_THREAD_ID), get(HEADER_TENANT), get(HEADER_MODEL)
+    raw_scope, raw_sse = get(HEADER_ISSUER_SCOPE), get(HEADER_SSE_EVENT)
+    try:
+        run_id = raw_run_id.decode() if raw_run_id else None
+        grammar = raw_grammar.decode() if raw_grammar else None
+        seq_text = raw_seq.decode() if raw_seq else None
+        control_text = raw_control.decode() if raw_control else None
+        thread_id = raw_thread.decode() if raw_thread else None
+        tenant = raw_tenant.decode() if raw_tenant else None
+        model = raw_model.decode() if raw_model else None
+        issuer_scope = raw_scope.decode() if raw_scope else None
+        sse_event = raw_sse.decode() if raw_sse else None
     except UnicodeDecodeError:
-        bad = next(name for name, value in ours if not _is_utf8(value))
+        bad = next(name for name in _ENVELOPE_HEADERS if (value := get(name)) and not _is_utf8(value))
         raise EnvelopeError(f"header {bad} is not UTF-8") from None
-    text = decoded.get
 
-    run_id = text(HEADER_RUN_ID)
     if run_id is None:
         raise EnvelopeError(f"missing header {HEADER_RUN_ID}")
-    grammar = text(HEADER_PROVIDER)
     if grammar is None:
         raise EnvelopeError(f"missing header {HEADER_PROVIDER}")
     if grammar not in known_grammars:
         raise EnvelopeError(f"unknown grammar {grammar!r} in {HEADER_PROVIDER}")
-    seq_text = text(HEADER_SEQ)
     if seq_text is None or not (seq_text.isascii() and seq_text.isdigit()):  # "²".isdigit(), and int("²") raises
         raise EnvelopeError(f"header {HEADER_SEQ} missing or not a non-negative integer")
-    control_text = text(HEADER_CONTROL)
     try:
         control = Control(control_text) if control_text is not None else None
     except ValueError:
         raise EnvelopeError(f"unknown control {control_text!r} in {HEADER_CONTROL}") from None
-    return RawEnvelope(
-        grammar=grammar,
-        run_id=run_id,
-        thread_id=text(HEADER_THREAD_ID) or run_id,
-        tenant=text(HEADER_TENANT) or DEFAULT_TENANT,
-        seq=int(seq_text),
-        model=text(HEADER_MODEL),
-        issuer_scope=text(HEADER_ISSUER_SCOPE),
-        sse_event=text(HEADER_SSE_EVENT),
-        control=control,
-    )
+    return RawEnvelope(grammar, run_id, thread_id or run_id, tenant or DEFAULT_TENANT, int(seq_text), model, issuer_scope, sse_event, control)
