@@ -180,6 +180,22 @@ def test_every_27_char_window_of_every_rendering_of_a_stream_is_found_P8() -> No
             assert (registry._young | registry._old, registry._needles) == (whole._young | whole._old, whole._needles)  # noqa: SLF001
 
 
+def test_a_stream_that_turns_from_plain_to_escaped_is_found_across_the_switch_P8() -> None:
+    """P8: plain deltas share one tail for the three renderings; the first delta that renders
+    differently forks it, and windows of the escaped renderings spanning the switch are found."""
+    deltas = ["The plan is simple enough to ", "state on one line, ", 'then "quoted" naïve 🙂 text\n', "and plain again to the end."]
+    text = "".join(deltas)
+    assert len({render(text) for render in RENDERINGS}) == 3
+    for switch in ('"', "é", "\n", "'", "🙂"):
+        for shift in range(STRIDE):  # the switch at every alignment
+            pieces = ["x" * shift + deltas[0], deltas[1], deltas[2].replace('"', switch), deltas[3]]
+            registry = OpaqueRegistry()
+            for piece in pieces:
+                registry.add_stream("message", piece)
+            registry.add_stream("message", "", end=True)
+            _assert_every_window_is_found(registry, "".join(pieces))
+
+
 def test_the_slice_bound_holds_after_every_call_even_for_large_inputs_P8() -> None:
     """P8: max_slices bounds the slices after every call, a call larger than the bound included."""
     rng = random.Random(5)

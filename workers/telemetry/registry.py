@@ -31,9 +31,13 @@ renderings — as is, JSON-string-escaped, and as the body of a Python bytes
 Registering is on the worker's hot path (every poll registers what it
 publishes), so it is done in bulk: a text's slices are cut by one list
 comprehension, hashed by ``map(hash, ...)`` and added by one ``set.update`` —
-no Python call per slice. A text arriving in pieces keeps one tail per
-rendering, as each rendering's slices are aligned on that rendering's whole
-text.
+no Python call per slice. A text (or a stream's delta) of printable ASCII
+without ``"``, ``'`` or ``\\`` renders identically three ways, which a few
+C-level string checks tell, so it is sliced once, not three times. A text
+arriving in pieces keeps one tail per rendering, as each rendering's slices
+are aligned on that rendering's whole text; while every delta so far was plain
+the three tails are one object, and the first delta that renders differently
+forks it (before extending it).
 
 The registry is bounded, in two generations: new hashes go into the *young*
 set until it would hold more than ``max_slices // 2``; then it becomes the
@@ -89,8 +93,18 @@ def _bytes_repr(text: str) -> str:
 RENDERINGS: tuple[Callable[[str], str], ...] = (str, _json_escaped, _bytes_repr)
 """Each is character-wise, so rendering the pieces of a text renders the text."""
 
+def _is_plain(text: str) -> bool:
+    """Whether every rendering of ``text`` is ``text`` itself, so one rendering is all three.
+
+    Printable ASCII (space to ``~``) is left alone by JSON escaping and by a bytes ``repr``
+    except ``"`` and ``\\`` (JSON) and ``'`` and ``\\`` (repr); all C-level scans."""
+    return text.isascii() and text.isprintable() and '"' not in text and "'" not in text and "\\" not in text
+
+
 def _renderings(text: str) -> Iterable[str]:
-    """The distinct renderings of ``text``."""
+    """The distinct renderings of ``text``: one for plain text, without rendering it."""
+    if _is_plain(text):
+        return (text,)
     return dict.fromkeys(render(text) for render in RENDERINGS)
 
 
@@ -250,6 +264,9 @@ class _StreamTail:
         self.at = at
         """Offset in ``buffer`` of the next aligned slice to register."""
 
+    def copy(self) -> _StreamTail:
+        return _StreamTail(self.buffer, self.at)
+
     def extend(self, piece: str, slices: list[str]) -> None:
         """Append ``piece``; every aligned slice it completes goes to ``slices`` (one comprehension)."""
         buffer = self.buffer + piece
@@ -271,17 +288,51 @@ class _StreamTail:
 
 
 class _Stream:
-    """The tails of a message's renderings, one per rendering (each aligned on its own whole text)."""
+    """The tails of a message's renderings; one tail serves several while their renderings agree.
 
-    __slots__ = ("tails",)
+    A message's renderings stay identical as long as every delta so far was plain
+    (:func:`_is_plain`), so one tail does the work of three. The first delta that renders
+    differently forks the shared tail (before extending it): from there on each rendering
+    keeps its own alignment, as its slices are aligned on its own whole text."""
+
+    __slots__ = ("tails", "distinct")
 
     def __init__(self) -> None:
-        self.tails = [_StreamTail() for _ in RENDERINGS]
+        tail = _StreamTail()
+        self.tails: list[_StreamTail] = [tail] * len(RENDERINGS)
+        """Rendering i's tail; the same object for renderings that still agree."""
+        self.distinct: list[_StreamTail] = [tail]
 
     def extend(self, delta: str, slices: list[str]) -> None:
-        for render, tail in zip(RENDERINGS, self.tails, strict=True):
-            tail.extend(render(delta), slices)
+        if _is_plain(delta):
+            for tail in self.distinct:
+                tail.extend(delta, slices)
+            return
+        pieces = [render(delta) for render in RENDERINGS]
+        if len(self.distinct) < len(RENDERINGS):  # some renderings still share a tail
+            self.tails = _fork(self.tails, pieces)
+            self.distinct = list(dict.fromkeys(self.tails))
+            for tail, piece in dict.fromkeys(zip(self.tails, pieces)):
+                tail.extend(piece, slices)
+            return
+        for tail, piece in zip(self.tails, pieces, strict=True):
+            tail.extend(piece, slices)
 
     def finish(self, slices: list[str]) -> list[str]:
         """Register every tail's end; returns the renderings short enough to be needles."""
-        return [needle for tail in self.tails if (needle := tail.finish(slices))]
+        return [needle for tail in self.distinct if (needle := tail.finish(slices))]
+
+
+def _fork(tails: list[_StreamTail], pieces: list[str]) -> list[_StreamTail]:
+    """``tails`` where renderings that shared a tail but now take different pieces get a copy each."""
+    given: dict[tuple[_StreamTail, str], _StreamTail] = {}
+    owned: set[_StreamTail] = set()
+    out = []
+    for tail, piece in zip(tails, pieces, strict=True):
+        mine = given.get((tail, piece))
+        if mine is None:
+            mine = tail.copy() if tail in owned else tail
+            owned.add(tail)
+            given[tail, piece] = mine
+        out.append(mine)
+    return out
