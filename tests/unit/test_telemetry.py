@@ -141,6 +141,9 @@ def _assert_every_window_is_found(registry: OpaqueRegistry, text: str) -> None:
             for i in range(len(rendered) - WINDOW + 1):
                 window = rendered[i : i + WINDOW]
                 assert registry.redact(window) == REDACTED, (render.__name__, text, i, window)
+                if i % 5 == 0:  # longer stretches, in a text, are redacted whole too
+                    longer = rendered[i : i + WINDOW + i * 7 % 61]
+                    assert registry.redact(f"<{longer}>").strip("<>") == REDACTED, (render.__name__, text, i, longer)
             assert registry.contains(rendered[-SLICE:]), (render.__name__, text, "tail")
         elif len(rendered) >= MIN_NEEDLE:
             assert registry.redact(rendered) == REDACTED, (render.__name__, text, "needle")
