@@ -270,8 +270,7 @@ class _StreamTail:
     def extend(self, piece: str, slices: list[str]) -> None:
         """Append ``piece``; every aligned slice it completes goes to ``slices`` (one comprehension)."""
         buffer = self.buffer + piece
-        last = len(buffer) - SLICE
-        """Offset of the last whole slice in ``buffer`` (negative: none yet)."""
+        last = len(buffer) - SLICE  # where the last whole slice starts (negative: none yet)
         at = self.at
         if at <= last:
             slices += [buffer[i : i + SLICE] for i in range(at, last + 1, STRIDE)]
