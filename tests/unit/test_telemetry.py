@@ -11,6 +11,7 @@ from __future__ import annotations
 from opentelemetry import metrics
 
 import logging
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,7 +32,7 @@ from workers.ingress import RunEnvelope, raw_records
 from workers.sse import read_events
 from workers.telemetry import Telemetry, setup_telemetry
 from workers.telemetry.normalizer import NormalizerTelemetry
-from workers.telemetry.registry import REDACTED, SLICE, STRIDE, OpaqueRegistry
+from workers.telemetry.registry import MIN_NEEDLE, REDACTED, RENDERINGS, SLICE, STRIDE, OpaqueRegistry
 
 SIGNATURE = "EqQBCkYIBRgCKkBopaque+only/signatureAAAAbbbbCCCCddddEEEEffff0123456789+/=="
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -102,6 +103,129 @@ def test_the_registry_is_bounded_and_forgets_the_oldest_first() -> None:
     for i in range(200):
         registry.add(f"filler-{i:04d}-" + "x" * 40)
     assert len(registry) <= 102 and not registry.contains(SIGNATURE)
+
+
+WINDOW = SLICE + STRIDE - 1
+"""The shortest stretch of a registered text the registry guarantees to find."""
+_PIECES = (
+    ("plain", "abcdefghijklmnopqrstuvwxyz ABCXYZ0123456789 .,;:-_/+=()"),
+    ("quotes", "\"'\\"),
+    ("controls", "\n\t\r\x00\x1f\x7f"),
+    ("non-ascii", "éüß—“”€"),
+    ("emoji", "🙂🚀👍🏽"),
+)
+
+
+def _random_text(rng: random.Random, max_len: int) -> str:
+    """Mostly plain text; per text, a random share of quotes, control, non-ASCII and emoji characters."""
+    weights = [1.0] + [rng.choice((0.0, 0.0, 0.02, 0.1)) for _ in _PIECES[1:]]
+    kinds = rng.choices([chars for _, chars in _PIECES], weights=weights, k=rng.randint(0, max_len))
+    return "".join(rng.choice(chars) for chars in kinds)
+
+
+def _random_cuts(rng: random.Random, text: str) -> list[str]:
+    """``text`` in deltas of random sizes: empty and one-character deltas included."""
+    deltas, at = [], 0
+    while at < len(text):
+        size = rng.choice((0, 1, 1, 2, 3, rng.randint(4, 30), rng.randint(30, 90)))
+        deltas.append(text[at : at + size])
+        at += size
+    return deltas + [""] * rng.randint(0, 1)
+
+
+def _assert_every_window_is_found(registry: OpaqueRegistry, text: str) -> None:
+    """Every WINDOW-long stretch of every rendering is redacted whole; short renderings are needles."""
+    for render in RENDERINGS:
+        rendered = render(text)
+        if len(rendered) >= SLICE:
+            for i in range(len(rendered) - WINDOW + 1):
+                window = rendered[i : i + WINDOW]
+                assert registry.redact(window) == REDACTED, (render.__name__, text, i, window)
+                if i % 5 == 0:  # longer stretches, in a text, are redacted whole too
+                    longer = rendered[i : i + WINDOW + i * 7 % 61]
+                    assert registry.redact(f"<{longer}>").strip("<>") == REDACTED, (render.__name__, text, i, longer)
+            assert registry.contains(rendered[-SLICE:]), (render.__name__, text, "tail")
+        elif len(rendered) >= MIN_NEEDLE:
+            assert registry.redact(rendered) == REDACTED, (render.__name__, text, "needle")
+
+
+def test_every_27_char_window_of_every_rendering_of_an_added_text_is_found_P8() -> None:
+    """P8, seeded property test: plain, quoted, control, non-ASCII and emoji texts, whole."""
+    rng = random.Random(20261201)
+    for _ in range(150):
+        registry = OpaqueRegistry()
+        text = _random_text(rng, 160)
+        registry.add(text)
+        if len(text) >= MIN_NEEDLE:
+            _assert_every_window_is_found(registry, text)
+        else:
+            assert not len(registry)
+
+
+def test_every_27_char_window_of_every_rendering_of_a_stream_is_found_P8() -> None:
+    """P8, seeded property test: three messages registered in interleaved deltas of random sizes."""
+    rng = random.Random(17)
+    for _ in range(60):
+        registry = OpaqueRegistry()
+        texts = [_random_text(rng, 200) for _ in range(3)]
+        queues = [(f"m{k}", _random_cuts(rng, text)) for k, text in enumerate(texts)]
+        while any(deltas for _, deltas in queues):
+            key, deltas = rng.choice([q for q in queues if q[1]])
+            registry.add_stream(key, deltas.pop(0))
+        for key, _ in queues:
+            registry.add_stream(key, "", end=True)
+        for text in texts:
+            _assert_every_window_is_found(registry, text)
+        whole = OpaqueRegistry()  # in pieces or whole, the same slices and needles
+        for text in (t for t in texts if len(t) >= MIN_NEEDLE):
+            whole.add(text)
+        if all(len(t) >= MIN_NEEDLE for t in texts):
+            assert (registry._young | registry._old, registry._needles) == (whole._young | whole._old, whole._needles)  # noqa: SLF001
+
+
+def test_a_stream_that_turns_from_plain_to_escaped_is_found_across_the_switch_P8() -> None:
+    """P8: plain deltas share one tail for the three renderings; the first delta that renders
+    differently forks it, and windows of the escaped renderings spanning the switch are found."""
+    deltas = ["The plan is simple enough to ", "state on one line, ", 'then "quoted" naïve 🙂 text\n', "and plain again to the end."]
+    text = "".join(deltas)
+    assert len({render(text) for render in RENDERINGS}) == 3
+    for switch in ('"', "é", "\n", "'", "🙂"):
+        for shift in range(STRIDE):  # the switch at every alignment
+            pieces = ["x" * shift + deltas[0], deltas[1], deltas[2].replace('"', switch), deltas[3]]
+            registry = OpaqueRegistry()
+            for piece in pieces:
+                registry.add_stream("message", piece)
+            registry.add_stream("message", "", end=True)
+            _assert_every_window_is_found(registry, "".join(pieces))
+
+
+def test_the_slice_bound_holds_after_every_call_even_for_large_inputs_P8() -> None:
+    """P8: max_slices bounds the slices after every call, a call larger than the bound included."""
+    rng = random.Random(5)
+    registry = OpaqueRegistry(max_slices=1_000, max_needles=16)
+    for i in range(200):
+        if i % 3:
+            registry.add(_random_text(rng, 4_000) + f"{i:08d}")
+        else:
+            registry.add_stream(i % 7, _random_text(rng, 3_000), end=i % 2 == 0)
+        assert len(registry) <= 1_000 + 16
+    newest = "the newest value, registered last: " + "Zq9" * 20
+    registry.add(newest)
+    assert registry.contains(newest)
+
+
+def test_the_registry_remembers_at_least_the_newest_half_of_its_bound_P8() -> None:
+    """P8: forgetting is by generation; what was registered in the last max_slices // 2 slices stays."""
+    registry = OpaqueRegistry(max_slices=2_000)
+    for i in range(300):
+        registry.add(f"filler-{i:04d}-" + "x" * 40)
+    registry.add(SIGNATURE)
+    for i in range(900 // 10):  # about 10 slices each: 900 more slices, less than half the bound
+        registry.add(f"later-{i:04d}-" + "y" * 30)
+    assert registry.contains(SIGNATURE)
+    for filler in ("a" * 8_000, "b" * 8_000):  # 2 000 slices each, but one distinct: no flush
+        registry.add(filler)
+    assert registry.contains(SIGNATURE)
 
 
 # -- the span guard -------------------------------------------------------------------
@@ -441,7 +565,7 @@ def test_a_message_registered_per_poll_is_found_like_one_registered_per_delta_P8
                     per_delta.add(e["encryptedValue"])
         for a in (a for s in steps for a in s.artefacts):
             per_delta.add(a.value)
-        assert per_poll._slices.keys() == per_delta._slices.keys() and per_poll._needles == per_delta._needles  # noqa: SLF001
+        assert per_poll._young | per_poll._old == per_delta._young | per_delta._old and per_poll._needles == per_delta._needles  # noqa: SLF001
     finally:
         traces_a.telemetry.log_guard.uninstall()
 
