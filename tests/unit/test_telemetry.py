@@ -570,6 +570,32 @@ def test_a_message_registered_per_poll_is_found_like_one_registered_per_delta_P8
         traces_a.telemetry.log_guard.uninstall()
 
 
+def test_reasoning_no_audience_sees_is_registered_too_P8() -> None:
+    """The core hands the registry the translator's reasoning before audience filtering: with every
+    audience at visibility ``none`` nothing readable is published, and a leak of that text into a
+    log line is still redacted."""
+    from contracts.policy import AudienceRule, PolicyBook, ReasoningVisibility, RetentionPolicy
+
+    hidden = AudienceRule(reasoning=ReasoningVisibility.NONE, encrypted_values=False)
+    book = PolicyBook(default=RetentionPolicy(trusted=hidden, public=hidden))
+    normalizer = Normalizer(book)
+    traces = NormalizerTelemetry(setup_telemetry(install_global=False, env={}), group_id="g")
+    try:
+        registry = traces.telemetry.registry = OpaqueRegistry()
+        records = _records()
+        steps = _steps(normalizer, records)
+        published = b"".join(o.value for s in steps for o in s.outbound)
+        assert b"REASONING_MESSAGE_CONTENT" not in published and b"REASONING_ENCRYPTED_VALUE" not in published
+        reasoning = "".join(d for s in steps for _, d in s.reasoning if d)
+        assert len(reasoning) >= 40
+        with traces.batch(records) as trace:
+            trace.stepped(steps)
+        leaked = f"upstream said: {reasoning[:40]} (retrying)"
+        assert registry.contains(leaked) and reasoning[:40] not in registry.redact(leaked)
+    finally:
+        traces.telemetry.log_guard.uninstall()
+
+
 @given(st.text(max_size=80) | st.text(alphabet="'\"\\\n\t\x00\x7féa", max_size=20))
 def test_fast_bytes_rendering_matches_the_byte_table_P8(text: str) -> None:
     from workers.telemetry.registry import _BYTE_REPR, _bytes_repr, _json_escaped

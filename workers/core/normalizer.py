@@ -148,6 +148,13 @@ class Step:
     marker — a later record of the run is dead-lettered, a redelivered one is not."""
     error: str | None = None
     """The exception type that failed the run (``internal_error``), for a content-free log line."""
+    reasoning: list[tuple[str, str | None]] = field(default_factory=list)
+    """P8: the readable reasoning of this step's events, in order, before audience filtering —
+    (message id, delta), or (message id, ``None``) where a message ends. The adapter registers
+    it (with ``secrets`` and the artefacts' values) so no log line or span can carry it; handed
+    over as text, so the adapter does not parse the events it publishes to find it."""
+    secrets: list[str] = field(default_factory=list)
+    """P8: the ``encryptedValue`` of this step's ``REASONING_ENCRYPTED_VALUE`` events."""
 
 
 @dataclass
@@ -571,7 +578,15 @@ class Normalizer:
         env, policy, base = state.envelope, state.policy, state.base_headers
         key = env.run_id.encode()
         room, public_room = state.room
+        reasoning = step.reasoning
         for event in translation.events:
+            kind = event["type"]
+            if kind in _READABLE and emit:
+                reasoning.append((event.get("messageId", ""), event.get("delta") or ""))
+            elif kind == "REASONING_MESSAGE_END" and emit:
+                reasoning.append((event.get("messageId", ""), None))
+            elif kind == "REASONING_ENCRYPTED_VALUE" and emit:
+                step.secrets.append(event.get("encryptedValue") or "")
             trusted = state.trusted.admit(event)
             blob = None
             if trusted is not None:
@@ -647,6 +662,7 @@ def _headers_size(headers: KafkaHeaders) -> int:
 
 
 _JSON = ("content-type", b"application/json")
+_READABLE = frozenset({"REASONING_MESSAGE_CONTENT", "REASONING_MESSAGE_CHUNK"})
 
 
 def _event_record(topic: str, key: bytes, blob: bytes, base: KafkaHeaders, seq: int) -> Outbound:

@@ -53,8 +53,10 @@ only for batches that succeeded, so a redelivered poll is not counted twice.
 Registering content. Before the store or the broker can fail with content in
 an exception, :meth:`BatchTrace.stepped` registers in the
 :class:`~workers.telemetry.registry.OpaqueRegistry` every artefact value,
-every ``encryptedValue`` and the readable reasoning text of the events about
-to be published. The raw records' bytes are *not* registered: they carry the
+every ``encryptedValue`` and the readable reasoning text of the poll — as the
+core hands them over on each Step (``Step.secrets``, ``Step.reasoning``: the
+translator's events before audience filtering, so reasoning no audience sees
+is registered too), without parsing the events about to be published. The raw records' bytes are *not* registered: they carry the
 provider's ids and model names, which are also the run ids, model attributes
 and log context operators need, and the guard would redact them everywhere.
 """
@@ -68,7 +70,6 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-import orjson
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
@@ -98,9 +99,6 @@ _TRACEPARENT_LENGTH = 55
 is certainly the low digit of the flags (version 00; a longer future version is parsed in full)."""
 _SAMPLED_LAST = frozenset(b"13579bdfBDF")
 """The flags' low hex digit when the sampled bit (bit 0) is set."""
-_REASONING_TEXT = (b'"REASONING_MESSAGE_CONTENT"', b'"REASONING_MESSAGE_CHUNK"')
-_REASONING_END = b'"REASONING_MESSAGE_END"'
-_ENCRYPTED_VALUE = b'"REASONING_ENCRYPTED_VALUE"'
 _EVENT_TOPICS = frozenset(set(topics.ALL) - {topics.RAW, topics.DLQ, topics.USAGE})
 _DLQ = topics.DLQ
 MAX_LINKS = 32
@@ -365,17 +363,21 @@ class BatchTrace:
         content before the store or the broker can quote it in an exception."""
         self.steps = steps
         registry = self.owner.telemetry.registry
-        streams: dict[tuple[str, str | None], list[str]] = {}
-        """(topic, message id) → the poll's reasoning deltas of that message, in order."""
-        ended: list[tuple[str, str | None]] = []
-        seen: set[int] = set()
+        streams: dict[tuple[object, str], list[str]] = {}
+        """(run, message id) → the poll's reasoning deltas of that message, in order."""
+        ended: list[tuple[object, str]] = []
         for step in steps:
             for artefact in step.artefacts:
                 registry.add(artefact.value)
-            for out in step.outbound:
-                if out.topic in _EVENT_TOPICS and id(out.value) not in seen:
-                    seen.add(id(out.value))  # both audiences share one blob when the filter kept it whole
-                    _collect_event(out.topic, out.value, registry, streams, ended)
+            for secret in step.secrets:
+                registry.add(secret)
+            if step.reasoning:
+                run = step.run
+                for message_id, delta in step.reasoning:
+                    if delta is None:
+                        ended.append((run, message_id))
+                    else:
+                        streams.setdefault((run, message_id), []).append(delta)
         for key, deltas in streams.items():  # one registry call per message per poll, not per delta
             registry.add_stream(key, "".join(deltas), end=key in ended)
         for key in ended:
@@ -659,29 +661,6 @@ def _usage_attributes(usage: UsageRecord) -> dict[str, Any]:
         v.RW_USAGE_TIME_TO_FIRST_REASONING_MS: usage.time_to_first_reasoning_ms,
         v.RW_USAGE_TIME_TO_FIRST_TEXT_MS: usage.time_to_first_text_ms,
     })
-
-
-def _collect_event(
-    topic: str, value: bytes, registry: Any, streams: dict[tuple[str, str | None], list[str]], ended: list[tuple[str, str | None]]
-) -> None:
-    """Readable reasoning and encrypted values of an outgoing AG-UI event: encrypted values into
-    the registry, reasoning deltas and ends into ``streams`` / ``ended`` (registered per message).
-
-    Only events whose bytes name a reasoning type are parsed; the rest are skipped by a byte search."""
-    is_text = _REASONING_TEXT[0] in value or _REASONING_TEXT[1] in value  # per event: no generator
-    if not (is_text or _REASONING_END in value or _ENCRYPTED_VALUE in value):
-        return
-    try:
-        event = orjson.loads(value)
-    except orjson.JSONDecodeError:  # not ours to judge here; telemetry never fails a batch
-        return
-    kind = event.get("type")
-    if kind == "REASONING_ENCRYPTED_VALUE":
-        registry.add(event.get("encryptedValue", ""))
-    elif kind in ("REASONING_MESSAGE_CONTENT", "REASONING_MESSAGE_CHUNK"):
-        streams.setdefault((topic, event.get("messageId")), []).append(event.get("delta") or "")
-    elif kind == "REASONING_MESSAGE_END":
-        ended.append((topic, event.get("messageId")))
 
 
 def _present(attributes: dict[str, Any]) -> dict[str, Any]:
