@@ -247,6 +247,7 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
         for kind, (consumer, st) in live.items():
             await e2e.drain_live(consumer, st, backlog(kind, "warm")[: max(2000, backlog_w // 3)])
         per_round: dict[str, list[float]] = {k: [] for k in THROUGHPUT_KINDS}
+        cpu_per_record: dict[str, list[float]] = {k: [] for k in THROUGHPUT_KINDS}
         out["round_orders"] = []
         for r in range(rounds):
             # Each round drains every kind once, in a new order: with one fixed order a kind always
@@ -265,8 +266,10 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
                     spy.wait(40)
                     out["profile_raw"] = str(logs / "profile.pyspy.txt")
                 per_round[kind].append(result["records_per_s"])
+                cpu_per_record[kind].append(result["cpu_us_per_record"])
             log(f"3. round {r + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.0f}/s" for k, v in per_round.items()))
         out["throughput_rounds"] = per_round
+        out["cpu_us_per_record_rounds"] = cpu_per_record
 
         w_max = statistics.median(per_round["worker"])
         out["latency"] = []
@@ -330,6 +333,7 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
     rounds = e.get("throughput_rounds")
     if rounds:
         s["throughput"] = {kind: spread(v) for kind, v in rounds.items() if v}
+        s["cpu_us_per_record"] = {kind: spread(v) for kind, v in e.get("cpu_us_per_record_rounds", {}).items() if v}
         for name, num, den, target, _ in RATIOS:
             if rounds.get(num) and rounds.get(den):
                 ratios = [a / b for a, b in zip(rounds[num], rounds[den], strict=True)]
@@ -409,6 +413,12 @@ def render_table(r: dict[str, Any]) -> str:
             + "; ".join(f"{k} {v['median']:.0f} ({v['min']:.0f}–{v['max']:.0f})" for k, v in s["throughput"].items())
             + f" | — | — |"
         )
+        if s.get("cpu_us_per_record"):
+            lines.append(
+                "| consumer process CPU per raw record, µs, median (min–max) of the rounds (user + system, from producing the backlog to its last commit) | "
+                + "; ".join(f"{k} {v['median']:.0f} ({v['min']:.0f}–{v['max']:.0f})" for k, v in s["cpu_us_per_record"].items())
+                + " | — | — |"
+            )
         if fan:
             lines.append(f"| outputs per raw record | worker and I/O floor {fan.get('worker_outputs_per_record', 0):.2f}, passthroughs 1 | — | — |")
         for name, _, _, target, title in RATIOS:

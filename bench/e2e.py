@@ -352,13 +352,16 @@ async def start_live(kind: str, stage: Stage, logs: Path, extra_env: dict[str, s
 
 async def drain_live(consumer: Consumer, stage: Stage, records: Sequence[Record]) -> dict[str, Any]:
     """One round: the backlog produced to a running consumer; the committed-offset slope after
-    the backlog is fully produced (see :func:`drain`), counted from this round's start."""
+    the backlog is fully produced (see :func:`drain`), counted from this round's start. Also the
+    consumer process's CPU per record (user + system, from the backlog's first record to its
+    last commit: idle polling before and after is left out only as far as the round is)."""
     total = len(records)
     admin = AIOKafkaAdminClient(bootstrap_servers=stage.bootstrap)
     await admin.start()
     samples: list[tuple[float, int]] = []
     try:
         base = await _committed(admin, stage.group)
+        cpu_before = process_cpu_s(consumer.proc.pid)
         await produce(stage.bootstrap, stage.source, records)
         produced_at = time.monotonic()
         deadline = time.monotonic() + 120
@@ -368,9 +371,19 @@ async def drain_live(consumer: Consumer, stage: Stage, records: Sequence[Record]
             done = await _committed(admin, stage.group) - base
             samples.append((time.monotonic(), done))
             await asyncio.sleep(0.05)
+        cpu_used = process_cpu_s(consumer.proc.pid) - cpu_before
     finally:
         await admin.close()
-    return {"kind": consumer.kind, "records": total, **_slope(samples, total, produced_at)}
+    return {"kind": consumer.kind, "records": total, "cpu_us_per_record": 1e6 * cpu_used / total, **_slope(samples, total, produced_at)}
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (``/proc/<pid>/stat``; 0.0 where there is none)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 

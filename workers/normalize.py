@@ -442,12 +442,10 @@ class NormalizerWorker:
         store, and that is an infrastructure failure: the poll is redone."""
         if isinstance(routed, DeadLetter):
             record = routed.record
-            held = self.repeats.admit(("dead_letter", routed.code))
-            if held is not None:
-                log.warning(
-                    "dead-lettered raw record at partition %d offset %d (%s): %s%s",
-                    record.partition, record.offset, routed.code, routed.reason, held_back_note(held, self.repeats.window_s),
-                )
+            self._warn_repeating(
+                ("dead_letter", routed.code), "dead-lettered raw record at partition %d offset %d (%s): %s",
+                record.partition, record.offset, routed.code, routed.reason,
+            )
             return self.normalizer.reject(routed)
         if self.normalizer.needs_restore(routed):
             # fetched for this poll, once; a run met again in the poll after it ended reads it again
@@ -457,33 +455,31 @@ class NormalizerWorker:
             self.normalizer.restore(routed, journal, ended=ended)
         step = self.normalizer.accept(routed)
         for warning in step.warnings:  # content-free by construction (P8); counted by the metrics
-            held = self.repeats.admit(("warning", routed.envelope.grammar, warning.code))
-            if held is not None:
-                log.warning(
-                    "run %s line %d: %s%s", routed.envelope.run_id, warning.line, warning.message, held_back_note(held, self.repeats.window_s)
-                )
+            self._warn_repeating(
+                ("warning", routed.envelope.grammar, warning.code), "run %s line %d: %s", routed.envelope.run_id, warning.line, warning.message
+            )
         if step.dead_letter is not None:  # codes and exception types only: never the record's content
             record = routed.record
-            # a late record is counted (metrics, DLQ), not logged at WARNING: a producer that keeps
-            # sending after its run ended must not flood the log; other codes once per kind a minute
-            late = step.dead_letter is DeadLetterCode.RUN_ENDED
-            held = None if late else self.repeats.admit(("dead_letter", step.dead_letter))
-            if late or held is not None:
-                log.log(
-                    logging.DEBUG if late else logging.WARNING,
-                    "run %s: record at partition %d offset %d dead-lettered (%s)%s%s",
-                    routed.envelope.run_id,
-                    record.partition,
-                    record.offset,
-                    step.dead_letter,
-                    f" after {step.error}" if step.error else "",
-                    held_back_note(held or 0, self.repeats.window_s),
-                )
+            line = "run %s: record at partition %d offset %d dead-lettered (%s)%s"
+            args = (routed.envelope.run_id, record.partition, record.offset, step.dead_letter, f" after {step.error}" if step.error else "")
+            if step.dead_letter is DeadLetterCode.RUN_ENDED:
+                # a late record is counted (metrics, DLQ), not logged at WARNING: a producer that
+                # keeps sending after its run ended must not flood the log
+                log.debug(line, *args)
+            else:
+                self._warn_repeating(("dead_letter", step.dead_letter), line, *args)
         if step.skipped:
             self.stats["skipped"] += 1
             # normal operation (the ingress's end record after the provider's own end): not INFO per run
             log.debug("run %s: record skipped (%s)", routed.envelope.run_id, step.skipped)
         return step
+
+    def _warn_repeating(self, kind: Any, line: str, *args: Any) -> None:
+        """A WARNING that one record causes: logged once per ``kind`` a minute, the next one saying
+        how many were held back (:class:`~workers.health.RepeatGate`); the metrics count all."""
+        held = self.repeats.admit(kind)
+        if held is not None:
+            log.warning(line + "%s", *args, held_back_note(held, self.repeats.window_s))
 
     async def _send(self, steps: Sequence[Step]) -> list[asyncio.Future[Any]]:
         """Queue every output with the producer, in order; the futures resolve on the broker's acks.
