@@ -363,7 +363,11 @@ class NormalizerWorker:
 
     async def tick_health(self) -> None:
         """Called by the periodic task: is the broker reachable (a metadata request; nothing else
-        notices an outage when no poll is in flight), and the summary line while degraded."""
+        notices an outage when no poll is in flight), and the summary line while degraded. Also
+        hands the summed counts of the last committed polls to the metrics SDK: they wait for a
+        second (``NormalizerTelemetry.metric_flush_s``), and without a later poll only this tick
+        would ever flush them."""
+        self.telemetry.flush_counts()
         try:
             assert self.producer is not None
             await asyncio.wait_for(self.producer.client.fetch_all_metadata(), 2.0)

@@ -8,6 +8,8 @@ check that none of it reaches an exporter or a handler's output.
 
 from __future__ import annotations
 
+import time
+
 from opentelemetry import metrics
 
 import logging
@@ -568,6 +570,21 @@ def test_a_message_registered_per_poll_is_found_like_one_registered_per_delta_P8
         assert per_poll._young | per_poll._old == per_delta._young | per_delta._old and per_poll._needles == per_delta._needles  # noqa: SLF001
     finally:
         traces_a.telemetry.log_guard.uninstall()
+
+
+def test_counts_wait_at_most_the_flush_interval_and_reach_the_sdk_without_a_later_poll(telemetry: Any) -> None:
+    """The worker hands summed counts to the SDK once a second; the last poll's counts must not wait
+    for a poll that never comes — the worker's periodic tick flushes them (``tick_health``)."""
+    t, _, metrics = telemetry
+    traces, normalizer, records = NormalizerTelemetry(t, group_id="g", metric_flush_s=1.0), Normalizer(), _records()
+    with traces.batch(records) as trace:
+        trace.stepped(_steps(normalizer, records))
+    assert "reasonwire.records" not in _metric_points(metrics)  # summed, not yet handed over
+    traces.flush_counts(now=time.monotonic() + 0.5)
+    assert "reasonwire.records" not in _metric_points(metrics)
+    traces.flush_counts(now=time.monotonic() + 1.5)
+    [(labels, value)] = [p for p in _metric_points(metrics)["reasonwire.records"] if p[0].get("reasonwire.record.outcome") == "translated"]
+    assert value == sum(1 for s in _steps(Normalizer(), records) if s.journal_append is not None)
 
 
 def test_reasoning_no_audience_sees_is_registered_too_P8() -> None:

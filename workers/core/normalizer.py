@@ -580,13 +580,14 @@ class Normalizer:
         room, public_room = state.room
         reasoning = step.reasoning
         for event in translation.events:
-            kind = event["type"]
-            if kind in _READABLE and emit:
-                reasoning.append((event.get("messageId", ""), event.get("delta") or ""))
-            elif kind == "REASONING_MESSAGE_END" and emit:
-                reasoning.append((event.get("messageId", ""), None))
-            elif kind == "REASONING_ENCRYPTED_VALUE" and emit:
-                step.secrets.append(event.get("encryptedValue") or "")
+            if emit:  # P8: what the adapter must keep out of logs and traces (Step.reasoning, Step.secrets)
+                kind = event["type"]
+                if kind in _READABLE:
+                    reasoning.append((event.get("messageId", ""), event.get("delta") or ""))
+                elif kind == "REASONING_MESSAGE_END":
+                    reasoning.append((event.get("messageId", ""), None))
+                elif kind == "REASONING_ENCRYPTED_VALUE":
+                    step.secrets.append(event.get("encryptedValue") or "")
             trusted = state.trusted.admit(event)
             blob = None
             if trusted is not None:

@@ -56,9 +56,10 @@ an exception, :meth:`BatchTrace.stepped` registers in the
 every ``encryptedValue`` and the readable reasoning text of the poll — as the
 core hands them over on each Step (``Step.secrets``, ``Step.reasoning``: the
 translator's events before audience filtering, so reasoning no audience sees
-is registered too), without parsing the events about to be published. The raw records' bytes are *not* registered: they carry the
-provider's ids and model names, which are also the run ids, model attributes
-and log context operators need, and the guard would redact them everywhere.
+is registered too), without parsing the events about to be published. The raw
+records' bytes are *not* registered: they carry the provider's ids and model
+names, which are also the run ids, model attributes and log context operators
+need, and the guard would redact them everywhere.
 """
 
 from __future__ import annotations
