@@ -99,7 +99,7 @@ class NormalizerWorker:
         self.producer: AIOKafkaProducer | None = None
         self.consumer: AIOKafkaConsumer | None = None
         """The subscriber's consumer (known from the first poll): commits and rewinds go through it."""
-        self.stats: dict[str, int] = {"records": 0, "events": 0, "artefacts": 0, "dead_letters": 0, "skipped": 0}
+        self.stats: dict[str, int] = {"records": 0, "events": 0, "artefacts": 0, "dead_letters": 0, "skipped": 0, "store_lost": 0}
         self.closing = False
         self._flights: deque[_Flight] = deque()
         """Polls stepped and not yet committed, oldest first."""
@@ -368,14 +368,21 @@ class NormalizerWorker:
         second (``NormalizerTelemetry.metric_flush_s``), and without a later poll only this tick
         would ever flush them."""
         self.telemetry.flush_counts()
+        if await self.broker_answers() != "ok":
+            self._healthy_since = None
+        elif self._healthy_since is None and not self.degradation.degraded:
+            self._healthy_since = time.monotonic()
+        self._log(self.degradation.summary(asyncio.get_running_loop().time()))
+
+    async def broker_answers(self) -> str:
+        """``"ok"``, or the type name of the failure of a metadata request (2 s at most): the
+        health tick and ``/readyz`` ask the broker the same way."""
         try:
             assert self.producer is not None
             await asyncio.wait_for(self.producer.client.fetch_all_metadata(), 2.0)
-            if self._healthy_since is None and not self.degradation.degraded:
-                self._healthy_since = time.monotonic()
-        except Exception:
-            self._healthy_since = None
-        self._log(self.degradation.summary(asyncio.get_running_loop().time()))
+        except Exception as exc:
+            return type(exc).__name__
+        return "ok"
 
     def _quiet_long_enough(self) -> bool:
         since = self._healthy_since
@@ -404,7 +411,7 @@ class NormalizerWorker:
     def _refuse_lost_run(self, routed: RunInput) -> Step:
         """A record of a run whose journal vanished with the store: resuming it would renumber
         events already published, so it is dead-lettered and nothing is published for it."""
-        self.stats["store_lost"] = self.stats.get("store_lost", 0) + 1
+        self.stats["store_lost"] += 1
         log.debug("run %s rw-seq %d: journal lost with the store; dead-lettered", routed.envelope.run_id, routed.envelope.seq)
         return self.normalizer.reject(DeadLetter(routed.record, "the run's journal vanished with the store", DeadLetterCode.STORE_LOST))
 
@@ -622,12 +629,7 @@ async def readiness(worker: NormalizerWorker) -> dict[str, Any]:
         body["redis"] = "ok"
     except Exception as exc:
         body["redis"] = type(exc).__name__
-    try:
-        assert worker.producer is not None
-        await asyncio.wait_for(worker.producer.client.fetch_all_metadata(), 2.0)
-        body["kafka"] = "ok"
-    except Exception as exc:
-        body["kafka"] = type(exc).__name__
+    body["kafka"] = await worker.broker_answers()
     body["ready"] = body["redis"] == "ok" and body["kafka"] == "ok" and body["degraded"] is None and body["consumer_started"]
     return body
 

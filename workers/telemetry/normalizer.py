@@ -367,11 +367,13 @@ class BatchTrace:
         streams: dict[tuple[object, str], list[str]] = {}
         """(run, message id) → the poll's reasoning deltas of that message, in order."""
         ended: list[tuple[object, str]] = []
+        opaque: dict[str, None] = {}
+        """Whole values, once each: a step's ``encryptedValue`` is the value of its artefact."""
         for step in steps:
             for artefact in step.artefacts:
-                registry.add(artefact.value)
+                opaque[artefact.value] = None
             for secret in step.secrets:
-                registry.add(secret)
+                opaque[secret] = None
             if step.reasoning:
                 run = step.run
                 for message_id, delta in step.reasoning:
@@ -379,6 +381,8 @@ class BatchTrace:
                         ended.append((run, message_id))
                     else:
                         streams.setdefault((run, message_id), []).append(delta)
+        for value in opaque:
+            registry.add(value)
         for key, deltas in streams.items():  # one registry call per message per poll, not per delta
             registry.add_stream(key, "".join(deltas), end=key in ended)
         for key in ended:
@@ -442,7 +446,7 @@ class BatchTrace:
                 poll = polls.get(key)  # type: ignore[arg-type]
                 if poll is None:
                     poll = polls[key] = _PollOfRun(run, first_offset=record.offset)  # type: ignore[index]
-                events = sum(_events(step).values())
+                events = sum(1 for out in step.outbound if out.topic in _EVENT_TOPICS)
                 poll.records += 1
                 poll.events += events
                 poll.outcomes[outcome] = poll.outcomes.get(outcome, 0) + 1
@@ -574,9 +578,9 @@ def _note_link(poll: _PollOfRun, record: RawRecord) -> None:
 
 
 class _Tally:
-    """A poll's counter increments, summed per counter and label set and added once at the end:
-    counters are sums, so the exported values are the same, at one guarded ``add`` per label
-    set per poll instead of several per record."""
+    """Counter increments of committed polls, summed per counter and label set and handed to the
+    SDK by :meth:`NormalizerTelemetry.flush_counts`: counters are sums, so the exported values
+    are the same, at one guarded ``add`` per label set per flush instead of several per record."""
 
     def __init__(self) -> None:
         self.sums: dict[tuple[Any, str | None, Any, Any], int] = {}
