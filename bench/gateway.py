@@ -47,6 +47,7 @@ import httpx
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from bench.e2e import process_cpu_s
 from contracts import topics
 from contracts.policy import Audience, RetentionPolicy
 from workers.core.audience import AudienceFilter
@@ -87,12 +88,6 @@ def _rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def _cpu_s(pid: int) -> float:
-    """utime + stime of a process, in seconds (/proc/<pid>/stat fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _free_port() -> int:
@@ -160,7 +155,7 @@ async def _drive(bootstrap: str, url: str, gateway_pid: int, *, clients: int, ru
     arrivals: list[list[tuple[str, int, float]]] = [[] for _ in range(clients)]
     baseline: list[tuple[str, int, float]] = []
     rss_idle = _rss_mb(gateway_pid)
-    cpu_before, harness_before = _cpu_s(gateway_pid), time.process_time()
+    cpu_before, harness_before = process_cpu_s(gateway_pid), time.process_time()
     peak = {"rss": rss_idle}
 
     limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
@@ -238,7 +233,7 @@ async def _drive(bootstrap: str, url: str, gateway_pid: int, *, clients: int, ru
         await asyncio.wait_for(baseline_task, 60)
         memory_task.cancel()
         health = (await http.get(url + "/healthz")).json()
-    gateway_cpu, harness_cpu = _cpu_s(gateway_pid) - cpu_before, time.process_time() - harness_before
+    gateway_cpu, harness_cpu = process_cpu_s(gateway_pid) - cpu_before, time.process_time() - harness_before
 
     def latencies(seen: list[tuple[str, int, float]]) -> list[float]:
         return [at - sent[run_id][sources[run_id][seq]] for run_id, seq, at in seen if 0 <= seq < len(sources[run_id])]

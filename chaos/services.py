@@ -52,14 +52,13 @@ class Services:
         return f"redis://127.0.0.1:{self.redis_port}/0"
 
     def up(self) -> None:
+        cluster = self.kafka_brokers > 1  # Redis from services.sh (told the broker is supplied), the brokers from cluster.sh
+        env = {**self.env, "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap} if cluster else self.env
         with self.log.open("ab") as out:
-            if self.kafka_brokers > 1:  # Redis from services.sh (told the broker is supplied), the brokers from cluster.sh
-                env = {**self.env, "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap}
-                subprocess.run(["bash", str(SERVICES), "up"], env=env, stdout=subprocess.DEVNULL, stderr=out, check=True, cwd=ROOT)
+            subprocess.run(["bash", str(SERVICES), "up"], env=env, stdout=subprocess.DEVNULL, stderr=out, check=True, cwd=ROOT)
+            if cluster:
                 subprocess.run(["bash", str(CLUSTER), "up", "--kafka-brokers", str(self.kafka_brokers)],
                                env=self.env, stdout=subprocess.DEVNULL, stderr=out, check=True, cwd=ROOT)
-                return
-            subprocess.run(["bash", str(SERVICES), "up"], env=self.env, stdout=subprocess.DEVNULL, stderr=out, check=True, cwd=ROOT)
 
     def down(self) -> None:
         with self.log.open("ab") as out:

@@ -91,17 +91,7 @@ kcluster_start_node() {
     mkdir -p "$dir/logs"
     rm -f "$dir/kafka.pid" # a killed node's stale pid file would pass for the new one
     kcluster_cmd "$n"
-    (
-        cd "$dir"
-        # shellcheck disable=SC2016  # $$/$1/$@ belong to the child bash
-        setsid nohup bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$dir/kafka.pid" \
-            "${KAFKA_CMD[@]}" kafka.Kafka "$dir/server.properties" >"$dir/kafka.out" 2>&1 </dev/null 9>&- &
-    )
-    local i
-    for ((i = 0; i < 100; i++)); do
-        [[ -s "$dir/kafka.pid" ]] && break
-        sleep 0.05
-    done
+    spawn_daemon "$dir" "$dir/kafka.pid" "$dir/kafka.out" "${KAFKA_CMD[@]}" kafka.Kafka "$dir/server.properties"
     log "Kafka node $n: started (pid $(pid_of "$dir/kafka.pid"), $HOST:$(broker_port "$n"))"
 }
 

@@ -287,6 +287,24 @@ group.initial.rebalance.delay.ms=0
 EOF
 }
 
+# spawn_daemon DIR PIDFILE OUT CMD...: start CMD in DIR as a daemon and wait (up to 5 s) for
+# PIDFILE. setsid: own session, so a Ctrl-C / job-control kill of the caller leaves it
+# running. The inner bash writes its own pid and then execs CMD (same pid).
+# 9>&- : do not let the daemon inherit the state-dir lock (see lock_state).
+spawn_daemon() {
+    local dir="$1" pidfile="$2" out="$3" i
+    shift 3
+    (
+        cd "$dir"
+        # shellcheck disable=SC2016  # $$/$1/$@ belong to the child bash
+        setsid nohup bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$pidfile" "$@" >"$out" 2>&1 </dev/null 9>&- &
+    )
+    for ((i = 0; i < 100; i++)); do
+        [[ -s "$pidfile" ]] && break
+        sleep 0.05
+    done
+}
+
 # kafka_cmd: fill KAFKA_CMD with the JVM command line (main class not included).
 kafka_cmd() {
     local heap
@@ -389,22 +407,9 @@ kafka_up() {
     mv "$KAFKA_LOGS" "$KAFKA_DIR/logs.prev"
     mkdir -p "$KAFKA_LOGS"
     log "Kafka: starting broker on $HOST:$KAFKA_PORT (controller $HOST:$KAFKA_CONTROLLER_PORT, state in $KAFKA_DIR)"
-    # setsid: own session, so a Ctrl-C / job-control kill of the caller leaves it
-    # running. The inner bash writes its own pid and then execs the JVM (same pid).
-    # 9>&- : do not let the daemon inherit the state-dir lock (see lock_state).
     rm -f "$KAFKA_PID"
     kafka_cmd
-    (
-        cd "$KAFKA_DIR"
-        # shellcheck disable=SC2016  # $$/$1/$@ belong to the child bash
-        setsid nohup bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$KAFKA_PID" \
-            "${KAFKA_CMD[@]}" kafka.Kafka "$KAFKA_CONF" >"$KAFKA_OUT" 2>&1 </dev/null 9>&- &
-    )
-    local i
-    for ((i = 0; i < 100; i++)); do
-        [[ -s "$KAFKA_PID" ]] && break
-        sleep 0.05
-    done
+    spawn_daemon "$KAFKA_DIR" "$KAFKA_PID" "$KAFKA_OUT" "${KAFKA_CMD[@]}" kafka.Kafka "$KAFKA_CONF"
     [[ -s "$KAFKA_PID" ]] || kafka_fail "Kafka process did not start"
     kafka_wait_started "$(pid_of "$KAFKA_PID")"
 }

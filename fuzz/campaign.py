@@ -93,15 +93,7 @@ def run_chunk(args: tuple[int, str, int, int]) -> Tally:
 
 
 def chunks(seed: int, grammar: str, events: int, chunk_events: int = CHUNK_EVENTS) -> list[tuple[int, str, int, int]]:
-    out = []
-    done = 0
-    i = 0
-    while done < events:
-        n = min(chunk_events, events - done)
-        out.append((seed, grammar, i, n))
-        done += n
-        i += 1
-    return out
+    return [(seed, grammar, i, min(chunk_events, events - done)) for i, done in enumerate(range(0, events, chunk_events))]
 
 
 def fuzz_grammar(grammar: str, *, events: int, seed: int, workers: int, pool: Any = None) -> Tally:
