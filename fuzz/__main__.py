@@ -51,7 +51,9 @@ def _write_findings(t: Tally, where: Path) -> None:
         name = re.sub(r"[^A-Za-z0-9]+", "_", sig).strip("_")[:90]
         path = where / f"{t.grammar}__{name}.json"
         write_case(path, small, signature=sig, detail=finding.detail, hits=t.hits[sig])
-        print(f"    {t.hits[sig]:7,} x {sig}\n            {finding.detail[:160]}\n            -> {path} ({len(small.lines)} lines)")
+        # the signature names stage, exception type and line; the exception's text (which may quote
+        # a signature or encrypted value of the input) stays in the finding's file, not the console (P8)
+        print(f"    {t.hits[sig]:7,} x {sig}\n            -> {path} ({len(small.lines)} lines; the exception text is in the file)")
 
 
 def main(argv: list[str] | None = None) -> int:
