@@ -77,7 +77,12 @@ class RunLog:
         if seq < len(self.frames) or seq in self.pending:
             self.duplicates += 1
             return False
-        kind = orjson.loads(blob).get("type", "")
+        try:
+            kind = orjson.loads(blob).get("type", "")
+        except (orjson.JSONDecodeError, AttributeError):
+            # not a JSON object: its seq is taken but nothing is served, and it must not stop the
+            # partition's reader (a replacement would replay the lookback into the same record)
+            kind, blob = "", b""
         if filter_encrypted and kind == "REASONING_ENCRYPTED_VALUE":
             blob = b""  # defence in depth: the public topic never carries one (policy), but never serve one
         self.pending[seq] = (kind, blob)
