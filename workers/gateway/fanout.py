@@ -35,6 +35,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
+from contracts import topics
 from contracts.envelope import HEADER_EVENT_SEQ, HEADER_RUN_ID, HEADER_TENANT, HEADER_THREAD_ID
 from workers.kafka_security import client_kwargs
 
@@ -129,6 +130,8 @@ class PartitionReader:
 
     def __init__(self, bootstrap: str, topic: str, partition: int, *, lookback_s: float, max_runs: int) -> None:
         self.tp = TopicPartition(topic, partition)
+        self._public = topic == topics.EVENTS_PUBLIC
+        """The end-user audience's topic: an encrypted value is never served from it."""
         self._bootstrap = bootstrap
         self._lookback_s = lookback_s
         self._max_runs = max_runs
@@ -213,7 +216,7 @@ class PartitionReader:
             self._evict()
             if self._new_run is not None and not self._new_run.done():
                 self._new_run.set_result(None)
-        run.add(seq, record.value, filter_encrypted=self.tp.topic.endswith(".public.v1"))  # type: ignore[attr-defined]
+        run.add(seq, record.value, filter_encrypted=self._public)  # type: ignore[attr-defined]
 
     def _evict(self) -> None:
         while len(self.runs) > self._max_runs:
