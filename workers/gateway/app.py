@@ -347,14 +347,17 @@ async def unreachable(settings: GatewaySettings) -> str | None:
     return None
 
 
-def serve(host: str, port: int, **_: Any) -> int:
+def serve(host: str, port: int, *, settings: GatewaySettings | None = None, keys: KeyBook | None = None) -> int:
+    """Check the services, then serve; ``settings`` and ``keys`` as the caller already read them
+    (else from the environment)."""
     import asyncio
 
     import uvicorn
 
-    if problem := asyncio.run(unreachable(GatewaySettings.from_env())):
+    settings = settings or GatewaySettings.from_env()
+    if problem := asyncio.run(unreachable(settings)):
         print(f"reasonwire: {problem}", file=sys.stderr)
         return 1
     print(f"reasonwire gateway on http://{host}:{port} (viewer: /v1/viewer)", file=sys.stderr, flush=True)
-    uvicorn.run(create_app(), host=host, port=port, log_level=os.environ.get("RW_GATEWAY_LOG_LEVEL", "warning"))
+    uvicorn.run(create_app(settings, keys), host=host, port=port, log_level=os.environ.get("RW_GATEWAY_LOG_LEVEL", "warning"))
     return 0
