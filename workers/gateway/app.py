@@ -269,7 +269,6 @@ async def ingest(request: Request) -> Response:
     thread_id = request.headers.get("rw-thread-id") or run_id
     if not await gw.claim_thread(principal.tenant, thread_id):
         return _error(404, "no such thread")
-    published, outcome = 0, "abort"
     try:
         async with gw.publisher.run(
             provider=provider,
@@ -281,12 +280,11 @@ async def ingest(request: Request) -> Response:
         ) as run:
             async for chunk in request.stream():
                 await run.feed(chunk)
-        published, outcome = run.published, str(run.outcome)
     except ClientDisconnect:
         return _error(400, f"the body ended before the request did: run {run_id} aborted after {run.published} events")
     except IngressError as exc:
         return _error(503, str(exc))
-    return JSONResponse({"run_id": run_id, "thread_id": thread_id, "published": published, "outcome": outcome})
+    return JSONResponse({"run_id": run_id, "thread_id": thread_id, "published": run.published, "outcome": str(run.outcome)})
 
 
 async def viewer(request: Request) -> Response:
