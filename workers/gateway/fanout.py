@@ -70,7 +70,6 @@ class RunLog:
     """Seqs that arrived ahead of a gap, held until it fills."""
     duplicates: int = 0
     ended: bool = False
-    touched: float = field(default_factory=time.monotonic)
     _grown: asyncio.Future[None] | None = None
 
     def add(self, seq: int, blob: bytes, *, filter_encrypted: bool = False) -> bool:
@@ -113,7 +112,6 @@ class RunLog:
         comment whenever the run is quiet for ``keepalive_s``."""
         index = after + 1
         while True:
-            self.touched = time.monotonic()
             if index < len(self.frames):  # everything available in one write: a burst costs one send
                 ready = b"".join(self.frames[index:])
                 index = len(self.frames)
