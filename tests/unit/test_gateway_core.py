@@ -97,3 +97,12 @@ def test_the_key_book_holds_hashes_only_and_maps_a_key_to_tenant_and_audiences()
     assert book.principal("other") is None and book.principal(None) is None
     with pytest.raises(KeyBookError, match=r"keys\[0\].sha256"):
         KeyBook.parse(json.dumps({"keys": [{"sha256": "s3cret", "tenant": "acme"}]}), source="test")
+
+
+def test_a_value_that_is_not_a_json_object_takes_its_seq_but_is_never_served() -> None:
+    log = RunLog("acme", "t1")
+    assert log.add(0, _blob("RUN_STARTED")) is True
+    assert log.add(1, b"\x00not json") is True
+    assert log.add(2, b"[1, 2]") is True
+    assert log.add(3, _blob("RUN_FINISHED")) is True
+    assert log.frames[1] == log.frames[2] == b"" and log.ended

@@ -269,7 +269,6 @@ async def ingest(request: Request) -> Response:
     thread_id = request.headers.get("rw-thread-id") or run_id
     if not await gw.claim_thread(principal.tenant, thread_id):
         return _error(404, "no such thread")
-    published, outcome = 0, "abort"
     try:
         async with gw.publisher.run(
             provider=provider,
@@ -281,12 +280,11 @@ async def ingest(request: Request) -> Response:
         ) as run:
             async for chunk in request.stream():
                 await run.feed(chunk)
-        published, outcome = run.published, str(run.outcome)
     except ClientDisconnect:
         return _error(400, f"the body ended before the request did: run {run_id} aborted after {run.published} events")
     except IngressError as exc:
         return _error(503, str(exc))
-    return JSONResponse({"run_id": run_id, "thread_id": thread_id, "published": published, "outcome": outcome})
+    return JSONResponse({"run_id": run_id, "thread_id": thread_id, "published": run.published, "outcome": str(run.outcome)})
 
 
 async def viewer(request: Request) -> Response:
@@ -347,14 +345,17 @@ async def unreachable(settings: GatewaySettings) -> str | None:
     return None
 
 
-def serve(host: str, port: int, **_: Any) -> int:
+def serve(host: str, port: int, *, settings: GatewaySettings | None = None, keys: KeyBook | None = None) -> int:
+    """Check the services, then serve; ``settings`` and ``keys`` as the caller already read them
+    (else from the environment)."""
     import asyncio
 
     import uvicorn
 
-    if problem := asyncio.run(unreachable(GatewaySettings.from_env())):
+    settings = settings or GatewaySettings.from_env()
+    if problem := asyncio.run(unreachable(settings)):
         print(f"reasonwire: {problem}", file=sys.stderr)
         return 1
     print(f"reasonwire gateway on http://{host}:{port} (viewer: /v1/viewer)", file=sys.stderr, flush=True)
-    uvicorn.run(create_app(), host=host, port=port, log_level=os.environ.get("RW_GATEWAY_LOG_LEVEL", "warning"))
+    uvicorn.run(create_app(settings, keys), host=host, port=port, log_level=os.environ.get("RW_GATEWAY_LOG_LEVEL", "warning"))
     return 0

@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from workers.gateway.app import GatewaySettings, serve
 
-    GatewaySettings.from_env()  # a bad RW_GATEWAY_* value is the one line to say, before anything else
+    settings = GatewaySettings.from_env()  # a bad RW_GATEWAY_* value is the one line to say, before anything else
     try:
         keys = KeyBook.from_env(os.environ)
     except KeyBookError as exc:
@@ -29,4 +29,4 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not keys:
         print("reasonwire: warning: no API keys (RW_GATEWAY_KEYS_FILE / RW_GATEWAY_KEYS): every /v1 request gets 401", file=sys.stderr)
-    return serve(args.host, args.port)
+    return serve(args.host, args.port, settings=settings, keys=keys)

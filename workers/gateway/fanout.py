@@ -35,6 +35,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
+from contracts import topics
 from contracts.envelope import HEADER_EVENT_SEQ, HEADER_RUN_ID, HEADER_TENANT, HEADER_THREAD_ID
 from workers.kafka_security import client_kwargs
 
@@ -69,7 +70,6 @@ class RunLog:
     """Seqs that arrived ahead of a gap, held until it fills."""
     duplicates: int = 0
     ended: bool = False
-    touched: float = field(default_factory=time.monotonic)
     _grown: asyncio.Future[None] | None = None
 
     def add(self, seq: int, blob: bytes, *, filter_encrypted: bool = False) -> bool:
@@ -77,7 +77,12 @@ class RunLog:
         if seq < len(self.frames) or seq in self.pending:
             self.duplicates += 1
             return False
-        kind = orjson.loads(blob).get("type", "")
+        try:
+            kind = orjson.loads(blob).get("type", "")
+        except (orjson.JSONDecodeError, AttributeError):
+            # not a JSON object: its seq is taken but nothing is served, and it must not stop the
+            # partition's reader (a replacement would replay the lookback into the same record)
+            kind, blob = "", b""
         if filter_encrypted and kind == "REASONING_ENCRYPTED_VALUE":
             blob = b""  # defence in depth: the public topic never carries one (policy), but never serve one
         self.pending[seq] = (kind, blob)
@@ -107,7 +112,6 @@ class RunLog:
         comment whenever the run is quiet for ``keepalive_s``."""
         index = after + 1
         while True:
-            self.touched = time.monotonic()
             if index < len(self.frames):  # everything available in one write: a burst costs one send
                 ready = b"".join(self.frames[index:])
                 index = len(self.frames)
@@ -124,6 +128,8 @@ class PartitionReader:
 
     def __init__(self, bootstrap: str, topic: str, partition: int, *, lookback_s: float, max_runs: int) -> None:
         self.tp = TopicPartition(topic, partition)
+        self._public = topic == topics.EVENTS_PUBLIC
+        """The end-user audience's topic: an encrypted value is never served from it."""
         self._bootstrap = bootstrap
         self._lookback_s = lookback_s
         self._max_runs = max_runs
@@ -208,7 +214,7 @@ class PartitionReader:
             self._evict()
             if self._new_run is not None and not self._new_run.done():
                 self._new_run.set_result(None)
-        run.add(seq, record.value, filter_encrypted=self.tp.topic.endswith(".public.v1"))  # type: ignore[attr-defined]
+        run.add(seq, record.value, filter_encrypted=self._public)  # type: ignore[attr-defined]
 
     def _evict(self) -> None:
         while len(self.runs) > self._max_runs:
