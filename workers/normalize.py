@@ -30,7 +30,6 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.partitioner import DefaultPartitioner
 from faststream import AckPolicy, FastStream
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
@@ -44,6 +43,7 @@ from workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, Out
 from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step
 from workers.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle
 from workers.kafka_security import broker_security, client_kwargs, servers
+from workers.partitions import partition_of
 from workers.redis_connect import connect, redis_wait
 from workers.settings import WorkerSettings
 from workers.store import ArtefactStore, StoreLost
@@ -528,7 +528,7 @@ class NormalizerWorker:
         known = self._topic_partitions.get(topic)
         if known is None:
             known = self._topic_partitions[topic] = sorted(await self.producer.partitions_for(topic))  # type: ignore[union-attr]
-        partition = _PARTITIONER(key, known, known)
+        partition = partition_of(key, known)
         if key is not None:
             if len(self._partitions) >= _PARTITION_CACHE:
                 self._partitions.clear()  # runs end; a cleared entry is recomputed identically
@@ -536,7 +536,6 @@ class NormalizerWorker:
         return partition
 
 
-_PARTITIONER = DefaultPartitioner()
 _PARTITION_CACHE = 65_536
 
 

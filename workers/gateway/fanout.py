@@ -33,22 +33,18 @@ from dataclasses import dataclass, field
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.partitioner import DefaultPartitioner
 
 from contracts import topics
 from contracts.envelope import HEADER_EVENT_SEQ, HEADER_RUN_ID, HEADER_TENANT, HEADER_THREAD_ID
 from workers.kafka_security import client_kwargs
+from workers.partitions import partition_of
 
 log = logging.getLogger("reasonwire.gateway")
 
 TERMINAL = frozenset({"RUN_FINISHED", "RUN_ERROR"})
-_PARTITIONER = DefaultPartitioner()
-
-
 def partition_for(run_id: str, partitions: int) -> int:
-    """The partition Kafka's default partitioner gives key ``run_id`` (murmur2, as the normalizer)."""
-    every = list(range(partitions))
-    return _PARTITIONER(run_id.encode(), every, every)
+    """The partition the normalizer wrote run ``run_id``'s events to (:func:`workers.partitions.partition_of`)."""
+    return partition_of(run_id.encode(), range(partitions))
 
 
 def sse_frame(seq: int, blob: bytes) -> bytes:
