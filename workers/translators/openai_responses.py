@@ -414,8 +414,7 @@ class OpenAIResponsesTranslator(Translator):
         # The follower of an earlier reasoning item is this one, if items ever overlapped.
         self._settle_follower(_identity(item))
         if value == "" and entry.carrier is None:  # empty = no state, and no message to name (issue 14)
-            self.counters["empty_signatures"] += 1
-            self._warn("empty_signature", f"empty encrypted_content on output item {entry.index}: nothing to keep")
+            self.empty_signature("encrypted_content", f"output item {entry.index}", "nothing to keep")
         elif value is not None:  # an empty one on a message is kept unsigned by the ledger, never announced
             carrier = entry.carrier or self._open_carrier(entry)
             block = {k: v for k, v in item.items() if k != "encrypted_content"}
