@@ -94,8 +94,6 @@ class Degradation:
     """Cause → failures in the current degradation."""
     failures: int = 0
     """Failures in the current degradation."""
-    total_failures: int = 0
-    """Failures since start (a metric)."""
     _last_report: float = 0.0
     _reported_unknown: set[str] = field(default_factory=set)
 
@@ -111,7 +109,6 @@ class Degradation:
     def failed(self, failure: Failure, now: float, next_retry_s: float) -> Report | None:
         """A poll (or tick) failed; a report on the state change, or the summary when due."""
         self.failures += 1
-        self.total_failures += 1
         self.causes[failure.cause] = self.causes.get(failure.cause, 0) + 1
         if self.since is None:
             self.since = self._last_report = now

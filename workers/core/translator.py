@@ -302,9 +302,14 @@ class Translator:
         replayed — providers answer a replayed ``""`` with "Invalid signature" (R3, P5)."""
         if self.artefacts.hold(key, artefact):
             return True
-        self.counters["empty_signatures"] += 1
-        self._warn("empty_signature", f"empty {artefact.kind} on {where}: unsigned, not announced, never replayed")
+        self.empty_signature(artefact.kind, where, "unsigned, not announced, never replayed")
         return False
+
+    def empty_signature(self, field: str, where: str, outcome: str) -> None:
+        """Count and warn about an empty opaque value (``empty_signature``): the field's name and
+        where it sat, never a value (P8). Also for empties a grammar drops before holding them."""
+        self.counters["empty_signatures"] += 1
+        self._warn("empty_signature", f"empty {field} on {where}: {outcome}")
 
     def before_abnormal_end(self) -> None:
         """Hook: the run is about to end with units open (error, interruption, malformed input),

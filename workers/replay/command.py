@@ -26,6 +26,7 @@ from typing import Any
 
 from contracts.grammars import Grammar
 from contracts.replay import ReplayTarget
+from workers.errors import UserError
 from workers.replay import ProviderWouldReject, ReplayError, read_history, replay
 from workers.replay.sources import ArtefactFileError, read_artefact_file
 
@@ -62,8 +63,6 @@ def run(args: argparse.Namespace) -> int:
         return _fail(exc.message, 1)
     except (ReplayError, ArtefactFileError) as exc:
         return _fail(getattr(exc, "message", str(exc)), 2)
-    except _Unusable as exc:
-        return _fail(str(exc), 2)
     for warning in result.warnings:
         print(f"reasonwire: warning: {warning.message}", file=sys.stderr)
     sys.stdout.write(json.dumps(result.fragment, ensure_ascii=False) + "\n")
@@ -71,21 +70,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Unusable(Exception):
-    """Input or store that cannot be used; the message says which and why."""
-
-
 def _read_json(name: str) -> Any:
     try:
         text = sys.stdin.buffer.read().decode("utf-8") if name == "-" else open(name, encoding="utf-8").read()  # noqa: SIM115
     except OSError as exc:
-        raise _Unusable(f"cannot read {name}: {exc.strerror}") from None
+        raise UserError(f"cannot read {name}: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise _Unusable(f"{name} is not UTF-8 text") from None
+        raise UserError(f"{name} is not UTF-8 text") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise _Unusable(f"{name} is not JSON ({exc.msg} at line {exc.lineno})") from None
+        raise UserError(f"{name} is not JSON ({exc.msg} at line {exc.lineno})") from None
 
 
 def _artefacts(args: argparse.Namespace, thread_id: str | None) -> list[Any]:
@@ -93,11 +88,11 @@ def _artefacts(args: argparse.Namespace, thread_id: str | None) -> list[Any]:
         try:
             return read_artefact_file(args.artefacts)
         except OSError as exc:
-            raise _Unusable(f"cannot read {args.artefacts}: {exc.strerror}") from None
+            raise UserError(f"cannot read {args.artefacts}: {exc.strerror}") from None
         except UnicodeDecodeError:
-            raise _Unusable(f"{args.artefacts} is not UTF-8 text (not what `reasonwire translate --artefacts` writes)") from None
+            raise UserError(f"{args.artefacts} is not UTF-8 text (not what `reasonwire translate --artefacts` writes)") from None
     if thread_id is None:
-        raise _Unusable("a bare messages array has no threadId: give --thread-id, or --artefacts FILE")
+        raise UserError("a bare messages array has no threadId: give --thread-id, or --artefacts FILE")
     return asyncio.run(_from_redis(args.tenant, thread_id))
 
 
@@ -106,8 +101,8 @@ async def _from_redis(tenant: str, thread_id: str) -> list[Any]:
 
     from workers.redis_connect import connect
 
-    from workers.replay.sources import read_thread
     from workers.errors import ServiceUnreachable
+    from workers.replay.sources import read_thread
     from workers.settings import WorkerSettings
     from workers.store import ArtefactStore
 

@@ -49,7 +49,6 @@ from contracts.grammars import Grammar
 from contracts.usage import TokenCounts
 from workers.core.artefacts import HeldArtefact
 from workers.core.errors import ProviderGrammarError, optional, require, token_count
-from workers.core.surrogates import whole
 from workers.core.translator import Translator
 
 _SKIPPED_BLOCKS = frozenset(
@@ -274,7 +273,7 @@ class AnthropicMessagesTranslator(Translator):
                 self._warn("unsigned_thinking", f"thinking block {index} ended without a signature: not replayable")
                 self.artefacts.release(index)  # an empty signature's incomplete record, if one came
             else:
-                block = {"type": "thinking", "thinking": whole("".join(entry.thinking))}
+                block = {"type": "thinking", "thinking": "".join(entry.thinking)}
                 self.artefacts.release(index, block=block)
         else:
             self.artefacts.release(index)

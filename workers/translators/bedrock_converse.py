@@ -82,7 +82,6 @@ from contracts.grammars import Grammar
 from contracts.usage import TokenCounts
 from workers.core.artefacts import HeldArtefact
 from workers.core.errors import ProviderGrammarError, optional, require, token_count
-from workers.core.surrogates import whole
 from workers.core.translator import Translator
 
 _SEVERAL_MEMBERS = "(several event members)"
@@ -400,7 +399,7 @@ def _member_name(member: str, value: Any) -> str:
 
 def _reasoning_text_block(entry: _Block) -> dict[str, Any]:
     """The native reasoning block minus its signature, text as streamed so far."""
-    return {"reasoningContent": {"reasoningText": {"text": whole("".join(entry.reasoning))}}}
+    return {"reasoningContent": {"reasoningText": {"text": "".join(entry.reasoning)}}}
 
 
 def _token_counts(usage: dict[str, Any]) -> TokenCounts:

@@ -199,8 +199,7 @@ class GeminiGenerateContentTranslator(GeminiTranslator):
             text = optional(part, "text", str, where=where) or ""
             if not text and not signature:  # an empty signature is no signature (issue 14)
                 if signature == "":
-                    self.counters["empty_signatures"] += 1
-                    self._warn("empty_signature", f"empty thoughtSignature on part {position}: carries nothing")
+                    self.empty_signature("thoughtSignature", f"part {position}", "carries nothing")
                 return
             unit = self._unit_for(kind)
             if kind is PartKind.THOUGHT:

@@ -55,7 +55,6 @@ from contracts.artefacts import ArtefactSubtype, NativeBlock
 from contracts.grammars import Grammar
 from workers.core.artefacts import HeldArtefact
 from workers.core.errors import ProviderGrammarError, optional, require
-from workers.core.surrogates import whole
 from workers.translators._gemini_common import GeminiTranslator, UsageFields, arguments_json
 
 SIGNATURE_KIND = "gemini.interactions.thought.signature"
@@ -278,7 +277,7 @@ class GeminiInteractionsTranslator(GeminiTranslator):
     def _close_thought_step(self, index: int, entry: _Step) -> None:
         block: dict[str, Any] = {"type": "thought"}
         if entry.summary:
-            block["summary"] = [{"type": "text", "text": whole("".join(entry.summary))}]
+            block["summary"] = [{"type": "text", "text": "".join(entry.summary)}]
         if self.artefacts.held(index) is None:
             self.counters["unsigned_thoughts"] += 1
             self._warn("unsigned_thought", f"thought step {index} ended without a signature: not replayable")

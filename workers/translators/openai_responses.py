@@ -203,17 +203,15 @@ class _Part:
         self.digest.update(units)
         self.length += len(units) // 2
 
-    def streamed_prefix_of(self, full: str) -> bool:
-        """Whether ``full`` starts with exactly what the deltas streamed."""
+    def rest_of(self, full: str) -> str | None:
+        """What ``full`` holds beyond what the deltas streamed (a surrogate half, if they cut one),
+        or ``None`` when ``full`` does not start with exactly what they streamed. One encoding of
+        ``full`` serves both the check and the rest."""
         units = full.encode("utf-16-le", "surrogatepass")
-        if len(units) < 2 * self.length:
-            return False
-        head = hashlib.blake2b(units[: 2 * self.length], digest_size=16)
-        return head.digest() == self.digest.digest()
-
-    def rest_of(self, full: str) -> str:
-        """What ``full`` holds beyond what the deltas streamed (a surrogate half, if they cut one)."""
-        return full.encode("utf-16-le", "surrogatepass")[2 * self.length :].decode("utf-16-le", "surrogatepass")
+        cut = 2 * self.length
+        if len(units) < cut or hashlib.blake2b(units[:cut], digest_size=16).digest() != self.digest.digest():
+            return None
+        return units[cut:].decode("utf-16-le", "surrogatepass")
 
 
 @dataclass
@@ -416,8 +414,7 @@ class OpenAIResponsesTranslator(Translator):
         # The follower of an earlier reasoning item is this one, if items ever overlapped.
         self._settle_follower(_identity(item))
         if value == "" and entry.carrier is None:  # empty = no state, and no message to name (issue 14)
-            self.counters["empty_signatures"] += 1
-            self._warn("empty_signature", f"empty encrypted_content on output item {entry.index}: nothing to keep")
+            self.empty_signature("encrypted_content", f"output item {entry.index}", "nothing to keep")
         elif value is not None:  # an empty one on a message is kept unsigned by the ledger, never announced
             carrier = entry.carrier or self._open_carrier(entry)
             block = {k: v for k, v in item.items() if k != "encrypted_content"}
@@ -554,13 +551,13 @@ class OpenAIResponsesTranslator(Translator):
             if full:
                 self._stream(entry, channel, index, full)
             return
-        if not part.streamed_prefix_of(full):
+        rest = part.rest_of(full)
+        if rest is None:
             # No content in the reason (P8): sizes only.
             raise ProviderGrammarError(
                 f"{where}: {channel.value} part {index} of output item {entry.index} restates "
                 f"{len(full)} characters that disagree with the {part.length} its deltas streamed"
             )
-        rest = part.rest_of(full)
         if rest:
             self._stream(entry, channel, index, rest)
 
