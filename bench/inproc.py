@@ -11,7 +11,7 @@ the network:
   restored from an empty journal, as a new run is);
 * ``register`` — telemetry's ``BatchTrace.stepped``: the poll's content into the P8 registry;
 * ``store`` — ``ArtefactStore.apply`` building the poll's Redis commands, and
-  redis-py packing them into RESP bytes (what the connection would send);
+  packing them into the script call's RESP bytes (what the connection would send);
 * ``publish`` — the outputs appended to one aiokafka record batch per topic
   partition and the batches built (what ``NormalizerWorker._send`` hands over);
 * ``commit`` — telemetry's ``BatchTrace.__exit__`` (counters, spans of traced runs).
@@ -52,12 +52,11 @@ def measure(n_records: int, mode: str, runs: int, batch: int) -> dict[str, float
     from aiokafka.partitioner import DefaultPartitioner
     from aiokafka.producer.message_accumulator import BatchBuilder
     from redis.asyncio import Redis
-    from redis.asyncio.connection import Connection
 
     from bench import e2e
     from workers.core.normalizer import DeadLetter, Normalizer, RawRecord, Step
-    from workers.redis_slots import queue
-    from workers.store import ArtefactStore
+    from workers.redis_script import WRITE_OPS, ServerScript, write_call
+    from workers.store import EPOCH_KEY, ArtefactStore
     from workers.telemetry import setup_telemetry
     from workers.telemetry.normalizer import NormalizerTelemetry
     from workers.translators import implemented
@@ -68,12 +67,11 @@ def measure(n_records: int, mode: str, runs: int, batch: int) -> dict[str, float
     store = ArtefactStore(Redis(), artefact_ttl_s=900, journal_ttl_s=900)
     captured: list[Any] = []
 
-    async def capture(ops: list[Any], *, wait: bool) -> list[Any]:
+    async def capture(ops: list[Any], *, wait: bool) -> None:
         captured.append(ops)
-        return []
 
     store._write = capture  # type: ignore[method-assign]  # the commands, not the round trip
-    connection, partitioner = Connection(), DefaultPartitioner()
+    script, partitioner = ServerScript(store.redis, WRITE_OPS), DefaultPartitioner()
     partitions = list(range(e2e.PARTITIONS))
     telemetry = None if mode == "off" else NormalizerTelemetry(setup_telemetry(), group_id="inproc", metric_flush_s=1.0)
 
@@ -98,9 +96,7 @@ def measure(n_records: int, mode: str, runs: int, batch: int) -> dict[str, float
                 trace.stepped(steps)
             t2 = clock()
             _run_to_end(store.apply(steps))
-            pipe = store.redis.pipeline(transaction=True)
-            queue(pipe, captured.pop())
-            connection.pack_commands([args for args, _ in pipe.command_stack])
+            script.pack(*write_call(captured.pop(), EPOCH_KEY, "0123456789abcdef"))
             t3 = clock()
             _batches(steps, BatchBuilder, partitioner, partitions)
             t4 = clock()

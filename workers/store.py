@@ -1,6 +1,6 @@
 """Redis adapters: the artefact store and the open-run journal (key layout: ``contracts.store``).
 
-All writes of one poll go in one ``MULTI``/``EXEC`` pipeline: the artefacts,
+All writes of one poll go in one atomic script call (:mod:`workers.redis_script`): the artefacts,
 the thread index and the journal entries land together or not at all, before
 the outputs are published — one round trip per batch of records. Runs that
 ended are closed (journal dropped, ended marker set) in a second transaction
@@ -38,6 +38,7 @@ from contracts.artefacts import ArtefactRecord
 from contracts.store import artefact_key, artefact_slot, ended_key, journal_key, thread_index_key, thread_runs_key
 from workers.core.normalizer import JournalEntry, RunKey, Step
 from workers.core.wire import record_json
+from workers.redis_script import READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
 from workers.redis_slots import Op, SlotWriter, queue
 
 _SSE_SEPARATOR = b"\x00"
@@ -74,7 +75,11 @@ class ArtefactStore:
         self.journal_ttl_s = journal_ttl_s
         self.slot_writer = SlotWriter(redis, wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms) if isinstance(redis, RedisCluster) else None
         """On a Redis Cluster: the poll's writes as one transaction per hash slot, then ``WAIT``
-        (:mod:`workers.redis_slots`); ``None`` on one server (one transaction per poll)."""
+        (:mod:`workers.redis_slots`); ``None`` on one server (one script call per poll)."""
+        self._writes = ServerScript(redis, WRITE_OPS)  # type: ignore[arg-type]
+        self._reads = ServerScript(redis, READ_HASHES)  # type: ignore[arg-type]
+        """On one server: a poll's writes, and its journal reads, as one ``EVALSHA`` each that
+        checks the epoch first (:mod:`workers.redis_script`)."""
         self.epoch: str | None = None
         """The epoch id this process works in; ``None`` (never claimed): no checks (tools, tests)."""
         self.lost_ms: int | None = None
@@ -179,26 +184,29 @@ class ArtefactStore:
                 pipe.append(Op("set", (ended_key(step.run.tenant, step.run.run_id), marker), {"ex": self.journal_ttl_s}))
         await self._write(pipe, wait=False)
 
-    async def _write(self, ops: list[Op], *, wait: bool) -> list[object]:
-        """The ops in one ``MULTI``/``EXEC`` with the epoch check inside (one server), or one
-        transaction per hash slot with the epoch read after them (a cluster: the epoch key has
-        its own slot); with ``wait`` on a cluster, a replica acknowledges before this returns."""
-        if self.slot_writer is not None:
-            replies = await self.slot_writer.write(ops, wait=wait)
-            if self.epoch is not None and ops:
-                self._check_epoch(await self.redis.hget(EPOCH_KEY, "id"))
-            return replies
+    async def _write(self, ops: list[Op], *, wait: bool) -> None:
+        """The ops atomically with the epoch check: on one server one script call that writes
+        nothing into a store whose epoch is missing or another; on a cluster one transaction
+        per hash slot with the epoch read after them (the epoch key has its own slot), and
+        with ``wait`` a replica acknowledges before this returns. Raises :class:`StoreLost`."""
         if not ops:
-            return []
+            return
+        if self.slot_writer is not None:
+            await self.slot_writer.write(ops, wait=wait)
+            if self.epoch is not None:
+                self._check_epoch(await self.redis.hget(EPOCH_KEY, "id"))
+            return
+        if not await self._writes(*write_call(ops, EPOCH_KEY, self.epoch)):
+            raise StoreLost("the store's epoch is missing or changed: Redis lost data")
+
+    async def _write_with_replies(self, ops: list[Op]) -> list[object]:
+        """The ops in one ``MULTI``/``EXEC`` (one transaction per slot on a cluster), with each
+        command's reply — for the rare writes that report what they removed (:meth:`erase_thread`)."""
+        if self.slot_writer is not None:
+            return await self.slot_writer.write(ops, wait=False)
         pipe = self.redis.pipeline(transaction=True)
         queue(pipe, ops)
-        if self.epoch is not None:
-            pipe.hget(EPOCH_KEY, "id")  # in the transaction: the writes and the check see one store
-        replies = await pipe.execute()
-        if self.epoch is not None:
-            self._check_epoch(replies[-1])
-            replies = replies[:-1]
-        return replies
+        return list(await pipe.execute())
 
     async def load_journal(self, run: RunKey) -> tuple[list[JournalEntry], bytes | bool]:
         """The raw events an open run has consumed so far, and the run's ended marker (``False``: not ended)."""
@@ -206,13 +214,21 @@ class ArtefactStore:
         return loaded
 
     async def load_journals(self, runs: Sequence[RunKey]) -> list[tuple[list[JournalEntry], bytes | bool]]:
-        """:meth:`load_journal` for several runs in one round trip."""
+        """:meth:`load_journal` for several runs in one round trip, with the epoch check (a
+        journal read from a wiped store is refused): one script call on one server, one
+        pipeline on a cluster."""
+        pairs = [(journal_key(run.tenant, run.run_id), ended_key(run.tenant, run.run_id)) for run in runs]
+        if self.slot_writer is None:
+            reply = await self._reads(*read_call(pairs, EPOCH_KEY, self.epoch))
+            if reply == 0:
+                raise StoreLost("the store's epoch is missing or changed: Redis lost data")
+            return [(_journal_entries(dict(zip(fields[::2], fields[1::2], strict=True))), ended or False) for fields, ended in zip(reply[::2], reply[1::2], strict=True)]
         pipe = self.redis.pipeline(transaction=False)
-        for run in runs:
-            pipe.hgetall(journal_key(run.tenant, run.run_id))
-            pipe.get(ended_key(run.tenant, run.run_id))
+        for journal, ended in pairs:
+            pipe.hgetall(journal)
+            pipe.get(ended)
         if self.epoch is not None:
-            pipe.hget(EPOCH_KEY, "id")  # same round trip: a journal read from a wiped store is refused
+            pipe.hget(EPOCH_KEY, "id")
         replies = await pipe.execute()
         if self.epoch is not None:
             self._check_epoch(replies[-1])
@@ -236,7 +252,7 @@ class ArtefactStore:
         pipe = [Op("delete", (artefact_key(tenant, thread_id, slot),)) for slot in slots]
         pipe += [Op("delete", (journal_key(tenant, run_id),)) for run_id in runs]
         pipe.append(Op("delete", (index, runs_key)))
-        results = await self._write(pipe, wait=False)
+        results = await self._write_with_replies(pipe)
         removed_slots = [s for s, n in zip(slots, results, strict=False) if n]
         removed_journals = [r for r, n in zip(runs, results[len(slots) :], strict=False) if n]
         return {"artefacts": removed_slots, "journals": removed_journals}

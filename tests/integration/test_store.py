@@ -51,3 +51,16 @@ async def test_erasing_a_thread_removes_the_raw_journal_of_its_open_runs_P7(redi
     assert (await store.load_journal(key))[0] == [JournalEntry(0, b'{"type":"message_start"}')]
     assert await store.erase_thread("acme", thread) == {"artefacts": [], "journals": [run]}
     assert await store.load_journal(key) == ([], False)
+
+
+async def test_closing_a_run_drops_its_journal_and_marks_where_it_ended(redis: Any) -> None:
+    """The ended marker (partition:offset) is what tells a redelivered record from a late one (issue 13)."""
+    thread, run = f"thread-{uuid.uuid4().hex[:8]}", f"run-{uuid.uuid4().hex[:8]}"
+    store = ArtefactStore(redis, artefact_ttl_s=60, journal_ttl_s=60)
+    key = RunKey("acme", run)
+    entries = [JournalEntry(i, b'{"i":%d}' % i, "message_delta" if i else None) for i in range(3)]
+    await store.apply([Step(run=key, thread_id=thread, journal_append=e) for e in entries])
+    assert (await store.load_journal(key)) == (entries, False)
+    await store.close_runs([Step(run=key, run_ended=True, ended_at=(4, 1017))])
+    assert await store.load_journal(key) == ([], b"4:1017")
+    await store.erase_thread("acme", thread)

@@ -61,6 +61,35 @@ async def test_claiming_the_epoch_is_idempotent_and_a_missing_epoch_is_detected(
     await redis.delete(EPOCH_KEY)
 
 
+async def test_a_batch_meant_for_a_wiped_store_writes_nothing_into_it(redis: Redis) -> None:
+    """One server: the write script compares the epoch before its first write (issue 17's
+    script path), so nothing of a refused batch lands in the emptied store."""
+    await redis.delete(EPOCH_KEY)
+    store = ArtefactStore(redis, artefact_ttl_s=60, journal_ttl_s=60)
+    await store.claim_epoch(lost=False)
+    key = RunKey("acme", f"wiped-{uuid.uuid4().hex[:6]}")
+    await store.apply([Step(run=key, journal_append=JournalEntry(0, b"{}"))])
+    await redis.delete(EPOCH_KEY)
+    with pytest.raises(StoreLost):
+        await store.apply([Step(run=key, thread_id="t", journal_append=JournalEntry(1, b"{}"))])
+    assert await redis.hkeys(journal_key("acme", key.run_id)) == [b"0"]
+    with pytest.raises(StoreLost):
+        await store.close_runs([Step(run=key, run_ended=True, ended_at=(0, 1))])
+    assert await redis.hkeys(journal_key("acme", key.run_id)) == [b"0"]  # not dropped either
+    await redis.delete(journal_key("acme", key.run_id))
+
+
+async def test_the_write_script_is_loaded_again_after_the_server_forgot_it(redis: Redis) -> None:
+    store = ArtefactStore(redis, artefact_ttl_s=60, journal_ttl_s=60)
+    key = RunKey("acme", f"noscript-{uuid.uuid4().hex[:6]}")
+    await redis.script_flush()  # what a restarted server (scripts are not persisted) looks like
+    await store.apply([Step(run=key, journal_append=JournalEntry(0, b"{}"))])
+    await redis.script_flush()
+    await store.apply([Step(run=key, journal_append=JournalEntry(1, b"{}"))])
+    assert sorted(await redis.hkeys(journal_key("acme", key.run_id))) == [b"0", b"1"]
+    await redis.delete(journal_key("acme", key.run_id))
+
+
 def _events_by_seq(c: Collector, run_id: str) -> dict[int, list[bytes]]:
     return {seq: [orjson.dumps(e, option=orjson.OPT_SORT_KEYS) for e in copies] for seq, copies in c.events[run_id].items()}
 

@@ -1,0 +1,144 @@
+"""A poll's writes to one Redis server as one script call, with the epoch checked first.
+
+On one server :class:`workers.store.ArtefactStore` writes a poll (artefacts, thread index,
+journal entries) and later its ended markers. It did so as a redis-py ``MULTI``/``EXEC``
+pipeline, whose cost on the worker's thread grows per command: redis-py's asyncio
+connection packs every argument in Python and parses a ``QUEUED`` reply per command —
+about 50 µs of the worker's CPU per command here, 6 ms for a poll that touches 80 runs
+(``bench/redis_write.py``). This module sends the same writes as one ``EVALSHA``:
+
+* atomic like the transaction (a script runs alone on the server), one reply;
+* the store's epoch is compared *before* anything is written, so a wiped store receives
+  nothing of a batch it will refuse (the transaction could only read the epoch beside
+  its writes, which then landed in the emptied store);
+* arguments packed by hiredis (C), sent on a connection of the client's own pool — TLS,
+  ACL users, the database and the timeouts of ``REDIS_URL`` apply unchanged.
+
+Where this steps past redis-py's client: no client-side retry (a failed write fails the
+poll, which the worker rewinds and redoes after its backoff — a retry here could apply a
+script twice whose reply was lost) and no per-command reply callbacks (the script's only
+reply is 0 or 1). A Redis Cluster keeps the per-slot transactions of
+:mod:`workers.redis_slots` (one script may only touch one slot).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import hiredis
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
+
+from workers.redis_slots import Op
+
+WRITE_OPS = """
+if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end
+local a = 2
+for k = 2, #KEYS do
+  local n = tonumber(ARGV[a + 1])
+  redis.call(ARGV[a], KEYS[k], unpack(ARGV, a + 2, a + 1 + n))
+  a = a + 2 + n
+end
+return 1
+"""
+"""KEYS[1]: the epoch hash; KEYS[k > 1]: op k-1's key. ARGV[1]: the epoch id expected ('' =
+unchecked), then per op its command, its argument count and the arguments after the key.
+Returns 0 (nothing written) when the epoch's id is missing or another, else 1."""
+
+READ_HASHES = """
+if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end
+local out = {}
+for k = 2, #KEYS, 2 do
+  out[#out + 1] = redis.call('HGETALL', KEYS[k])
+  out[#out + 1] = redis.call('GET', KEYS[k + 1])
+end
+return out
+"""
+"""KEYS[1]: the epoch hash; then pairs (a hash, a string): for each its ``HGETALL`` (flat
+field, value list) and its ``GET`` (nil when missing). ARGV[1] as in :data:`WRITE_OPS`;
+returns 0 instead when the epoch's id is missing or another. One server, one reply: the
+journal reads of a poll's new runs."""
+
+MAX_FIELDS_PER_CALL = 1000
+"""An ``HSET`` of more fields is split: Lua's ``unpack`` is bounded by its C stack (8000)."""
+
+
+_COMMANDS = {"set": "SET", "rpush": "RPUSH", "expire": "EXPIRE", "hset": "HSET", "sadd": "SADD", "delete": "DEL"}
+"""redis-py's method → the Redis command (``delete`` is ``DEL``)."""
+
+
+class ScriptError(ValueError):
+    """An op this module cannot express (a programming error, not a Redis failure)."""
+
+
+def op_words(ops: Sequence[Op]) -> tuple[list[str], list[Any]]:
+    """Each op's key and its command words after the key, flattened for :data:`WRITE_OPS`."""
+    keys: list[str] = []
+    words: list[Any] = []
+    for op in ops:
+        for rest in _rest(op):
+            keys.append(op.args[0])
+            words.append(_COMMANDS[op.method])
+            words.append(len(rest))
+            words.extend(rest)
+    return keys, words
+
+
+def _rest(op: Op) -> list[list[Any]]:
+    """The words after the key, one list per command (a big ``HSET`` becomes several)."""
+    if op.method == "hset" and set(op.kwargs) == {"mapping"} and len(op.args) == 1:
+        items = [word for pair in op.kwargs["mapping"].items() for word in pair]
+        step = 2 * MAX_FIELDS_PER_CALL
+        return [items[i : i + step] for i in range(0, len(items), step)]
+    if op.method == "set" and set(op.kwargs) <= {"ex"}:
+        return [[*op.args[1:], *(("EX", op.kwargs["ex"]) if "ex" in op.kwargs else ())]]
+    if op.method in ("expire", "rpush", "sadd", "delete") and not op.kwargs and (op.method != "delete" or len(op.args) == 1):
+        return [list(op.args[1:])]
+    raise ScriptError(f"no script form for {op.method}{op.args[:1]} {sorted(op.kwargs)}")
+
+
+class ServerScript:
+    """One Lua script on one server, called by ``EVALSHA`` and loaded on first use (or after the
+    server forgot it: scripts are not persisted)."""
+
+    def __init__(self, redis: Redis, source: str) -> None:
+        self.redis = redis
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    def pack(self, keys: Sequence[Any], args: Sequence[Any]) -> bytes:
+        """The ``EVALSHA`` command, in RESP."""
+        return bytes(hiredis.pack_command(("EVALSHA", self.sha, len(keys), *keys, *args)))
+
+    async def __call__(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        packed = self.pack(keys, args)
+        try:
+            return await self._send(packed)
+        except NoScriptError:  # a fresh, restarted or flushed server: load it once, send again
+            await self.redis.script_load(self.source)
+            return await self._send(packed)
+
+    async def _send(self, packed: bytes) -> Any:
+        pool = self.redis.connection_pool
+        connection = await pool.get_connection()
+        try:
+            await connection.send_packed_command(packed)
+            return await connection.read_response()
+        except BaseException:
+            await connection.disconnect()  # a reply may still be on the wire: never reuse it
+            raise
+        finally:
+            await pool.release(connection)
+
+
+def write_call(ops: Sequence[Op], epoch_key: str, epoch: str | None) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of :data:`WRITE_OPS` for ``ops``."""
+    keys, words = op_words(ops)
+    return [epoch_key, *keys], [epoch or "", *words]
+
+
+def read_call(pairs: Sequence[tuple[str, str]], epoch_key: str, epoch: str | None) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of :data:`READ_HASHES` for (hash, string) key pairs."""
+    return [epoch_key, *(key for pair in pairs for key in pair)], [epoch or ""]
