@@ -662,9 +662,9 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         ack_policy=AckPolicy.MANUAL,  # the worker commits each poll itself, in order, once it is acknowledged
         listener=listener,
         parser=_parse_raw,
-        decoder=_no_decode,
+        decoder=_message_as_body,
     )
-    async def on_raw(body: Any, msg: KafkaMessage) -> None:
+    async def on_raw(msg: Any) -> None:  # the poll's KafkaMessage, as its body (see _message_as_body)
         raw = msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,)
         worker.consumer = msg.consumer  # type: ignore[attr-defined]
         await worker.handle([_raw_record(r) for r in raw])
@@ -744,9 +744,16 @@ async def _parse_raw(records: tuple[Any, ...], original: Any) -> KafkaMessage:
     return message
 
 
-async def _no_decode(msg: Any) -> None:
-    """The raw bodies are provider bytes the translator parses itself: never JSON-decode them twice."""
-    return None
+async def _message_as_body(msg: KafkaMessage) -> KafkaMessage:
+    """The handler's one argument is the message itself, not a decoded body.
+
+    The raw bodies are provider bytes the translator parses itself: never JSON-decode them
+    twice. And a handler that asks for the message as a second parameter (``msg:
+    KafkaMessage``) makes FastStream's dependency injection resolve a context field, which
+    fast_depends does by a sync call in anyio's worker thread: a thread hop (queue, wake-up,
+    result back through the loop) on every poll. Here we step past the framework's context
+    injection for that reason; the subscriber, its parser and the consumer stay FastStream's."""
+    return msg
 
 
 def _raw_record(record: Any) -> RawRecord:
