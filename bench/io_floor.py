@@ -1,6 +1,6 @@
 """``python -m bench.io_floor``: the I/O-equivalent floor — the worker's I/O without its logic.
 
-A bare aiokafka consumer and producer plus a bare redis-py client that, for the
+A bare aiokafka consumer and producer plus a bare Redis connection that, for the
 same raw records the worker gets, publish **the same output records** and send
 **the same Redis commands** the worker would — precomputed before the clock
 starts, by running reasonwire's sans-I/O ``Normalizer`` over the records at
@@ -10,15 +10,16 @@ envelope reading, no run table, no telemetry and no framework: per poll a
 table lookup per record (run key + ``rw-seq``), then the worker's I/O in the
 worker's order and shape —
 
-* a journal read (``HGETALL`` + ``GET`` in one pipeline) for each run met for
-  the first time;
+* a journal read (``HGETALL`` + ``GET`` per run, in the store's one read-script
+  call) for each run met for the first time;
 * the outputs of runs that did not end, appended to one record batch per topic
   partition (``send_batch``, the partition chosen once per run with Kafka's
-  default partitioner) while the Redis transaction runs: ``MULTI`` with the
+  default partitioner) while the Redis write runs: one write-script call
+  (:mod:`workers.redis_script`, as the worker's store makes it) with the
   artefacts (``SET`` + ``RPUSH`` + ``EXPIRE`` each), one ``HSET`` + ``EXPIRE``
   per run for the journal and ``SADD`` + ``EXPIRE`` for the thread's run index;
 * then the outputs of runs that ended, the broker's acks, the ended markers
-  (``MULTI``: ``DEL`` journal + ``SET`` marker) and the commit, in poll order,
+  (a script call: ``DEL`` journal + ``SET`` marker) and the commit, in poll order,
   up to ``RW_MAX_IN_FLIGHT`` polls in flight (the worker's default), as the worker pipelines.
 
 Worker ÷ floor is then the cost of reasonwire's own logic; floor ÷ bare
@@ -101,6 +102,9 @@ async def main() -> None:
     from redis.asyncio import Redis
 
     from bench.passthrough import _SayAssigned
+    from workers.redis_script import READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
+    from workers.redis_slots import Op
+    from workers.store import EPOCH_KEY
 
     journal_ttl, artefact_ttl = int(os.environ.get("RW_JOURNAL_TTL_S", "900")), int(os.environ.get("RW_ARTEFACT_TTL_S", "900"))
     with open(os.environ["RW_BENCH_FLOOR_TRAFFIC"], "rb") as f:
@@ -109,6 +113,8 @@ async def main() -> None:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=os.environ["RW_GROUP_ID"], enable_auto_commit=False, auto_offset_reset="earliest")
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
     redis = Redis.from_url(os.environ["REDIS_URL"])
+    writes, reads = ServerScript(redis, WRITE_OPS), ServerScript(redis, READ_HASHES)
+    epoch = (await redis.hget(EPOCH_KEY, "id") or b"").decode() or None  # checked in every call, as the worker's are
     await producer.start()
     await consumer.start()
     consumer.subscribe([os.environ["RW_BENCH_SOURCE"]], listener=_SayAssigned())
@@ -138,35 +144,27 @@ async def main() -> None:
         return [await producer.send_batch(b, topic, partition=part) for (topic, part), slot in batches.items() for b in slot]
 
     async def store(items: list[Prepared]) -> None:
-        pipe = redis.pipeline(transaction=True)
+        ops: list[Op] = []
         journals: dict[str, dict[str, bytes]] = {}
         threads: dict[str, tuple[str, str]] = {}
         for p in items:
             for key, blob, ttl, index, slot in p.artefacts:
-                pipe.set(key, blob, ex=ttl)
-                pipe.rpush(index, slot)
-                pipe.expire(index, ttl)
+                ops += [Op("set", (key, blob), {"ex": ttl}), Op("rpush", (index, slot)), Op("expire", (index, ttl))]
             if p.journal is not None:
                 jkey, fld, blob, runs_key, run_id = p.journal
                 journals.setdefault(jkey, {})[fld] = blob
                 threads[jkey] = (runs_key, run_id)
         for jkey, fields in journals.items():
-            pipe.hset(jkey, mapping=fields)  # type: ignore[arg-type]
-            pipe.expire(jkey, journal_ttl)
             runs_key, run_id = threads[jkey]
-            pipe.sadd(runs_key, run_id)
-            pipe.expire(runs_key, journal_ttl)
-        if len(pipe):
-            await pipe.execute()
+            ops += [Op("hset", (jkey,), {"mapping": fields}), Op("expire", (jkey, journal_ttl))]
+            ops += [Op("sadd", (runs_key, run_id)), Op("expire", (runs_key, journal_ttl))]
+        if ops:
+            await writes(*write_call(ops, EPOCH_KEY, epoch))
 
     async def close(items: list[Prepared]) -> None:
-        pipe = redis.pipeline(transaction=True)
-        for p in items:
-            if p.ended is not None:
-                pipe.delete(p.ended[0])
-                pipe.set(p.ended[1], p.ended[2], ex=journal_ttl)
-        if len(pipe):
-            await pipe.execute()
+        ops = [op for p in items if p.ended is not None for op in (Op("delete", (p.ended[0],)), Op("set", (p.ended[1], p.ended[2]), {"ex": journal_ttl}))]
+        if ops:
+            await writes(*write_call(ops, EPOCH_KEY, epoch))
 
     async def complete(items: list[Prepared], early: list[Any], offsets: dict[Any, int], before: asyncio.Task[None] | None) -> None:
         try:
@@ -190,11 +188,7 @@ async def main() -> None:
             items = [table[(r.key, _seq(r.headers))] for r in records]
             fresh = [p.run for p in items if p.first and p.run is not None]
             if fresh:  # the worker reads the journal (and ended marker) of every run it does not hold
-                pipe = redis.pipeline(transaction=False)
-                for jkey, ekey in fresh:
-                    pipe.hgetall(jkey)
-                    pipe.get(ekey)
-                await pipe.execute()
+                await reads(*read_call(fresh, EPOCH_KEY, epoch))
             await slots.acquire()
             early = await send([p for p in items if p.ended is None])
             offsets = {tp: recs[-1].offset + 1 for tp, recs in batch.items() if recs}
