@@ -10,6 +10,8 @@ the process exits, the distribution of each phase's duration in ms:
 * ``redis_tx`` — ``ArtefactStore.apply`` (the poll's ``MULTI``/``EXEC``);
 * ``to_acked`` — from the poll's launch until its outputs are acknowledged and
   its ended markers written (``_complete``);
+* ``early_acked`` — from ``handle`` returning until the broker acknowledged the
+  outputs it queued while stepping (the runs still open: most of a poll's outputs);
 * ``close_runs`` — the ended markers' transaction;
 * ``commit`` — ``consumer.commit``;
 * ``between_polls`` — from one ``handle`` returning to the next one starting
@@ -79,8 +81,14 @@ def install(path: str) -> None:
         try:
             await original_handle(self, records)
         finally:
-            last_return[0] = time.perf_counter()
-            samples["step"].append((last_return[0] - start) * 1000)
+            last_return[0] = returned = time.perf_counter()
+            samples["step"].append((returned - start) * 1000)
+            flight = self._last
+            if flight is not None and flight.early and not getattr(flight, "_rw_timed", False):
+                flight._rw_timed = True
+                asyncio.gather(*flight.early, return_exceptions=True).add_done_callback(
+                    lambda _: samples["early_acked"].append((time.perf_counter() - returned) * 1000)
+                )
 
     w.NormalizerWorker.handle = handle  # type: ignore[method-assign]
     timed(ArtefactStore, "load_journals", "journal_read")

@@ -139,14 +139,25 @@ class NormalizerWorker:
             self._note_replay(offsets)
             await self._slots.acquire()
             trace = self.telemetry.batch(records).__enter__()
+            read: asyncio.Future[dict[RunKey, tuple[list[JournalEntry], Any]]] | None = None
             try:
                 routed = [self.normalizer.route(record) for record in records]
-                journals = await self._journals_needed(routed)
-                steps = [await self._step(item, journals) for item in routed]
-                trace.stepped(steps)  # registers the batch's content before Redis or Kafka can quote it (P8)
-                flight = _Flight(steps, trace, offsets)
-                flight.early = await self._send([s for s in steps if not s.run_ended])
+                unread = self._runs_to_read(routed)
+                if unread:  # in flight while the runs held here are stepped and their outputs sent
+                    read = asyncio.ensure_future(self._read_journals(unread))
+                    await asyncio.sleep(0)  # let it send its request before the CPU work starts
+                steps: list[Step | None] = [None] * len(routed)
+                held = [i for i, item in enumerate(routed) if not (isinstance(item, RunInput) and item.run in unread)]
+                early = await self._step_and_send(routed, held, steps, {}, trace)
+                if read is not None:
+                    journals, read = await read, None
+                    new = [i for i, item in enumerate(routed) if isinstance(item, RunInput) and item.run in unread]
+                    early += await self._step_and_send(routed, new, steps, journals, trace)
+                flight = _Flight(steps, trace, offsets, early)  # type: ignore[arg-type]  # every slot filled
+                trace.stepped(flight.steps, registered=True)
             except Exception as exc:  # the journal read or a send failed: the poll is redone
+                if read is not None:
+                    read.cancel()
                 self._slots.release()
                 trace.__exit__(type(exc), exc, exc.__traceback__)
                 self._failed(exc)
@@ -434,8 +445,8 @@ class NormalizerWorker:
 
     # -- stepping ----------------------------------------------------------------------
 
-    async def _journals_needed(self, routed: Sequence[DeadLetter | RunInput]) -> dict[RunKey, tuple[list[JournalEntry], Any]]:
-        """The journals of the runs this poll meets without holding them, in one round trip.
+    def _runs_to_read(self, routed: Sequence[DeadLetter | RunInput]) -> list[RunKey]:
+        """The runs this poll meets without holding them: their journals are read first.
 
         Judged on each run's first record in the poll: the later ones are ahead of the run's
         state only until the earlier ones are stepped (asking for them read — and decoded —
@@ -444,8 +455,29 @@ class NormalizerWorker:
         for item in routed:
             if isinstance(item, RunInput):
                 first.setdefault(item.run, item)
-        runs = [run for run, item in first.items() if self.normalizer.needs_restore(item)]
-        return dict(zip(runs, await self.store.load_journals(runs), strict=True)) if runs else {}
+        return [run for run, item in first.items() if self.normalizer.needs_restore(item)]
+
+    async def _read_journals(self, runs: list[RunKey]) -> dict[RunKey, tuple[list[JournalEntry], Any]]:
+        """The journals (and ended markers) of ``runs``, in one round trip."""
+        return dict(zip(runs, await self.store.load_journals(runs), strict=True))
+
+    async def _step_and_send(
+        self, routed: Sequence[DeadLetter | RunInput], positions: list[int], steps: list[Step | None],
+        journals: dict[RunKey, tuple[list[JournalEntry], Any]], trace: Any,
+    ) -> list[asyncio.Future[Any]]:
+        """Step the records at ``positions`` (into ``steps``, which stays in record order), register
+        their content, then queue the outputs of their runs that did not end.
+
+        A poll is stepped in two parts when it meets runs this worker does not hold: the held
+        runs' records first, while the journal read of the others is in flight — so most records
+        do not wait a Redis round trip — then the new runs' records. Runs are independent: each
+        run's records keep their order, and only their order per run is a contract."""
+        part = []
+        for i in positions:
+            step = steps[i] = await self._step(routed[i], journals)
+            part.append(step)
+        trace.register(part)  # before Redis or Kafka can quote it (P8)
+        return await self._send([s for s in part if not s.run_ended]) if part else []
 
     async def _step(self, routed: DeadLetter | RunInput, journals: dict[RunKey, tuple[list[JournalEntry], Any]]) -> Step:
         """One record's Step. The core never raises (a record it cannot handle is dead-lettered,

@@ -109,10 +109,12 @@ async def test_a_poll_reads_only_the_journals_of_runs_it_does_not_hold(primed_gr
     worker.store.load_journals = counted  # type: ignore[method-assign]
     try:
         first_poll = [worker.normalizer.route(r) for r in records[:4]]
-        assert list(await worker._journals_needed(first_poll)) == [first_poll[0].run]  # type: ignore[union-attr]
+        unread = worker._runs_to_read(first_poll)
+        assert unread == [first_poll[0].run]  # type: ignore[union-attr]
+        assert list(await worker._read_journals(unread)) == unread
         for item in first_poll:
             worker.normalizer.accept(item)  # type: ignore[arg-type]
-        assert await worker._journals_needed([worker.normalizer.route(r) for r in records[4:9]]) == {}
+        assert worker._runs_to_read([worker.normalizer.route(r) for r in records[4:9]]) == []
         assert len(reads) == 1
     finally:
         await worker.store.redis.aclose()

@@ -60,7 +60,7 @@ from workers.core import events as ev
 from workers.core import normalizer as core
 from workers.core.translator import Rejection, RunEnd, Translation
 from workers.core.delivery import OutputLimits
-from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, Outbound, RawRecord, RunKey, Step
+from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, Outbound, RawRecord, RunInput, RunKey, Step
 from workers.ingress import RunEnvelope, raw_records
 from workers.sse import ProviderEvent, read_events
 
@@ -249,8 +249,7 @@ class Worker:
         self.position = dict(world.committed)
         self.flights: deque[Flight] = deque()
 
-    def _step(self, record: RawRecord) -> Step:
-        routed = self.n.route(record)
+    def _step(self, routed: DeadLetter | RunInput) -> Step:
         if isinstance(routed, DeadLetter):
             return self.n.reject(routed)
         if self.n.needs_restore(routed):
@@ -273,10 +272,25 @@ class Worker:
         for r in records:
             first, end = offsets.get(r.partition, (r.offset, r.offset + 1))
             offsets[r.partition] = (min(first, r.offset), max(end, r.offset + 1))
-        steps = [self._step(r) for r in records]
-        flight = Flight(steps, offsets)
-        self.flights.append(flight)
-        self.world.send([o for s in steps if not s.run_ended for o in s.outbound], rng, faulty)
+        # ``NormalizerWorker.handle``: route all; step the runs held here and send their open runs'
+        # outputs while the journal read of the runs met without being held is in flight (it may
+        # fail after those went out); then step those runs and send theirs. Steps stay in record order.
+        routed = [self.n.route(r) for r in records]
+        first: dict[Any, RunInput] = {}
+        for item in routed:
+            if isinstance(item, RunInput):
+                first.setdefault(item.run, item)
+        unread = {run for run, item in first.items() if self.n.needs_restore(item)}
+        steps: list[Any] = [None] * len(routed)
+        self.flights.append(Flight(steps, offsets))
+        held = [i for i, item in enumerate(routed) if not (isinstance(item, RunInput) and item.run in unread)]
+        new = [i for i, item in enumerate(routed) if isinstance(item, RunInput) and item.run in unread]
+        for part in (held, new) if new else (held,):
+            if part is new:
+                self.world.redis(lambda: None, rng, faulty)  # the journal read
+            for i in part:
+                steps[i] = self._step(routed[i])
+            self.world.send([o for i in part if not steps[i].run_ended for o in steps[i].outbound], rng, faulty)
 
     def advance(self, rng: random.Random, faulty: bool) -> None:
         """The oldest flight that can move on does: transaction (+ ended outputs), markers, commit."""

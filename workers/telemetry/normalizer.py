@@ -359,10 +359,16 @@ class BatchTrace:
         if self.acknowledged_at is None:
             self.acknowledged_at = time.time_ns()
 
-    def stepped(self, steps: Sequence[Step]) -> None:
-        """The core's Steps for this batch (one per record, or the expiry's): register their
-        content before the store or the broker can quote it in an exception."""
+    def stepped(self, steps: Sequence[Step], *, registered: bool = False) -> None:
+        """The core's Steps for this batch (one per record, in record order, or the expiry's);
+        their content is registered unless :meth:`register` already did (``registered``)."""
         self.steps = steps
+        if not registered:
+            self.register(steps)
+
+    def register(self, steps: Sequence[Step]) -> None:
+        """Register these Steps' content before the store or the broker can quote it in an
+        exception (P8); a poll stepped in parts registers each part before sending it."""
         registry = self.owner.telemetry.registry
         streams: dict[tuple[object, str], list[str]] = {}
         """(run, message id) → the poll's reasoning deltas of that message, in order."""
