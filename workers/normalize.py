@@ -572,13 +572,21 @@ _PARTITION_CACHE = 65_536
 
 
 def _offsets(records: Sequence[RawRecord]) -> dict[TopicPartition, tuple[int, int]]:
-    """Per partition: the poll's first offset (to rewind to) and the offset to commit."""
-    offsets: dict[TopicPartition, tuple[int, int]] = {}
+    """Per partition: the poll's first offset (to rewind to) and the offset to commit.
+
+    Spans are kept per partition number and turned into ``TopicPartition`` keys once per
+    partition, not once per record (a named tuple built per record, on the hot path)."""
+    spans: dict[int, list[int]] = {}
     for record in records:
-        tp = TopicPartition(topics.RAW, record.partition)
-        first, end = offsets.get(tp, (record.offset, record.offset + 1))
-        offsets[tp] = (min(first, record.offset), max(end, record.offset + 1))
-    return offsets
+        offset = record.offset
+        span = spans.get(record.partition)
+        if span is None:
+            spans[record.partition] = [offset, offset + 1]
+        elif offset < span[0]:
+            span[0] = offset
+        elif offset >= span[1]:
+            span[1] = offset + 1
+    return {TopicPartition(topics.RAW, partition): (first, end) for partition, (first, end) in spans.items()}
 
 
 class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]
