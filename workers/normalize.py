@@ -811,7 +811,7 @@ def run(settings: WorkerSettings | None = None) -> None:
         asyncio.run(app.run())
 
 
-GC_GEN0_THRESHOLD = 20_000
+GC_GEN0_THRESHOLD = 2_000
 """Container allocations (net of frees) between two young collections; CPython's default is 700."""
 
 
@@ -820,11 +820,13 @@ def tune_gc() -> None:
 
     Once started, the worker holds ~180 000 long-lived objects (modules, translators' tables,
     clients). CPython's full collection walks all of them: 0.1–0.5 s paused twice per ~30 000
-    raw records with the default thresholds, and a young collection every 700 net
-    allocations. After start-up everything alive is moved out of the collector's sight
-    (``gc.freeze``: never scanned, never freed — it lives as long as the process anyway), and
-    young collections wait for 20 000 net allocations: a record's garbage is freed by reference
-    counting, so in steady state they rarely come at all."""
+    raw records with the default thresholds. After start-up everything alive is moved out of
+    the collector's sight (``gc.freeze``: never scanned, never freed — it lives as long as the
+    process anyway). Young collections come every 2 000 net allocations: a young collection's
+    pause grows with the objects it examines — 37–130 ms at 20 000 (the former setting: the
+    worst single pause of a latency round, its p99), ~5 ms at 2 000, ~1.5 ms at CPython's 700
+    with more frequent middle and full ones; 2 000 spent the least time collecting of the
+    three, at the same throughput (the "fourth pass" in docs/benchmarks.md)."""
     gc.collect()
     gc.freeze()
     gen0, gen1, gen2 = gc.get_threshold()

@@ -4,8 +4,9 @@ On one server :class:`workers.store.ArtefactStore` writes a poll (artefacts, thr
 journal entries) and later its ended markers. It did so as a redis-py ``MULTI``/``EXEC``
 pipeline, whose cost on the worker's thread grows per command: redis-py's asyncio
 connection packs every argument in Python and parses a ``QUEUED`` reply per command —
-about 50 µs of the worker's CPU per command here, 6 ms for a poll that touches 80 runs
-(``bench/redis_write.py``). This module sends the same writes as one ``EVALSHA``:
+about 50 µs of the worker's CPU per command on the development machine, 6 ms for a poll
+that touches 80 runs (``python -m bench.redis_write``). This module sends the same writes
+as one ``EVALSHA``:
 
 * atomic like the transaction (a script runs alone on the server), one reply;
 * the store's epoch is compared *before* anything is written, so a wiped store receives

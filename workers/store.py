@@ -3,7 +3,7 @@
 All writes of one poll go in one atomic script call (:mod:`workers.redis_script`): the artefacts,
 the thread index and the journal entries land together or not at all, before
 the outputs are published — one round trip per batch of records. Runs that
-ended are closed (journal dropped, ended marker set) in a second transaction
+ended are closed (journal dropped, ended marker set) in a second atomic write
 after publishing, and the offsets are committed after that.
 
 On a Redis Cluster (``REDIS_URL=redis-cluster://…``, :mod:`workers.redis_connect`) a
@@ -17,9 +17,11 @@ persistence, ``SHUTDOWN NOSAVE`` without AOF, ``FLUSHALL``, a failover to an
 empty replica) would make the worker rebuild open runs from nothing and publish
 ``rw-event-seq`` numbers already used by different events. The worker claims an
 *epoch* (:data:`EPOCH_KEY`, a hash with a random ``id``) at start; once claimed,
-every transaction and journal read carries ``HGET <epoch> id`` in the same round
-trip and raises :class:`StoreLost` when the id is missing or changed — before
-anything read from (or written to) the emptied store is acted on. After a loss
+every write and journal read checks the id in the same round trip and raises
+:class:`StoreLost` when it is missing or changed — before anything read from the
+emptied store is acted on. On one server the check comes first inside the script
+call, so nothing is written into, or read from, an emptied store; on a cluster
+the id is read after the per-slot transactions. After a loss
 the epoch records ``lost_ms``; until every journal of that time has expired
 (``journal_ttl_s``), :meth:`ArtefactStore.journal_intact` refuses to resume a
 run whose journal is not the complete prefix of its records (docs/reliability.md).
