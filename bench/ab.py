@@ -1,0 +1,143 @@
+"""``python -m bench.ab``: two or more versions of a consumer, in alternating rounds (A/B).
+
+``make bench`` compares kinds of consumers of *one* tree. A change of a few percent
+needs the tree before it beside the tree after it, on the same broker and Redis, in
+alternating rounds (the host moves by ±20 % from one minute to the next). Each kind is
+one long-lived consumer process (``bench.e2e.start_live``), warmed up once, then every
+round measures every kind in turn:
+
+* ``--mode drain``: a backlog of ``--records`` raw records, committed-offset slope
+  (records/s) and the consumer's CPU per record;
+* ``--mode latency``: ``--rate`` records/s for 4 s, latency per output p50 / p99 (ms).
+
+A kind is ``KIND[@REV][+VAR=value…]``: ``KIND`` as ``make bench`` names it (``worker``,
+``passthrough``, ``worker-no-telemetry``, …); ``@REV`` runs that git revision of this
+repository (checked out into a temporary worktree, removed afterwards) instead of the
+working tree; ``+VAR=value`` is added to that process's environment. Example — the tree
+before the fourth pass of issue 17 against the current one::
+
+    python -m bench.ab "passthrough,worker@2a2695b,worker" --mode latency --rate 1120
+
+Needs ``KAFKA_BOOTSTRAP_SERVERS`` and ``REDIS_URL`` (``deploy/services.sh up``). Prints a
+line per kind per round and the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import e2e
+
+GRAMMARS = ("anthropic-messages", "openai-responses", "gemini-generate-content", "gemini-interactions", "bedrock-converse")
+
+
+@dataclass
+class Kind:
+    spec: str
+    kind: str
+    rev: str | None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, spec: str) -> Kind:
+        head, *pairs = spec.split("+")
+        kind, _, rev = head.partition("@")
+        env = dict(pair.split("=", 1) for pair in pairs)
+        return cls(spec, kind, rev or None, env)
+
+
+@contextlib.contextmanager
+def worktrees(revs: set[str]) -> Iterator[dict[str, Path]]:
+    """Each revision checked out (detached) into a temporary worktree; removed on exit."""
+    made: dict[str, Path] = {}
+    base = Path(tempfile.mkdtemp(prefix="rw-ab-"))
+    try:
+        for rev in sorted(revs):
+            path = base / rev.replace("/", "_")
+            subprocess.run(["git", "-C", str(e2e.ROOT), "worktree", "add", "--detach", "-q", str(path), rev], check=True)
+            made[rev] = path
+        yield made
+    finally:
+        for path in made.values():
+            subprocess.run(["git", "-C", str(e2e.ROOT), "worktree", "remove", "--force", str(path)], check=False)
+        subprocess.run(["git", "-C", str(e2e.ROOT), "worktree", "prune"], check=False)
+
+
+async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: float) -> dict[str, list[tuple[float, float]]]:
+    bootstrap, redis_url = os.environ["KAFKA_BOOTSTRAP_SERVERS"], os.environ["REDIS_URL"]
+    logs = e2e.ROOT / "bench" / "results" / "ab-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    tag = f"ab{int(time.time())}"
+    live: list[tuple[Kind, Any, Any]] = []
+    created: list[str] = []
+    results: dict[str, list[tuple[float, float]]] = {k.spec: [] for k in kinds}
+    with worktrees({k.rev for k in kinds if k.rev}) as trees:
+        try:
+            for i, k in enumerate(kinds):
+                stage = e2e.Stage(bootstrap, redis_url, f"{k.kind}{i}")
+                created += stage.all_topics()
+                saved = e2e.ROOT
+                e2e.ROOT = trees[k.rev] if k.rev else saved  # the consumer process runs from that tree
+                try:
+                    live.append((k, await e2e.start_live(k.kind, stage, logs, k.env), stage))
+                finally:
+                    e2e.ROOT = saved
+            for i, (_, consumer, stage) in enumerate(live):  # first-use costs out of every round
+                await e2e.drain_live(consumer, stage, e2e.traffic(GRAMMARS, 3000, seed=5, tag=f"{tag}-warm{i}").records)
+            base = e2e.traffic(GRAMMARS, records if mode == "drain" else int(rate * 4), seed=12, tag=f"{tag}-x", map_events=mode == "latency")
+            for r in range(rounds):
+                for i, (k, consumer, stage) in enumerate(live):
+                    new = f"{tag}-{r}-{i}"
+                    batch = e2e.retag(base.records, f"{tag}-x", new)
+                    if mode == "drain":
+                        out = await e2e.drain_live(consumer, stage, batch)
+                        figures = (out["records_per_s"], out["cpu_us_per_record"])
+                        line = f"{figures[0]:7.0f} records/s, {figures[1]:4.0f} µs CPU per record"
+                    else:
+                        sources = {(new + rid[len(f"{tag}-x") :], s): x for (rid, s), x in base.event_source.items()}
+                        out = await e2e.latency(stage, k.kind, e2e.Traffic(batch, sources), rate, logs, live=consumer)
+                        figures = (out["p50_us"] / 1000, out["p99_us"] / 1000)
+                        line = f"p50 {figures[0]:6.1f} ms, p99 {figures[1]:6.1f} ms"
+                    results[k.spec].append(figures)
+                    print(f"round {r + 1}/{rounds} {k.spec:40s} {line}", flush=True)
+        finally:
+            for _, consumer, _ in live:
+                consumer.stop()
+            await e2e.delete_topics(bootstrap, created)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__.splitlines()[0])
+    parser.add_argument("kinds", help="comma-separated KIND[@REV][+VAR=value...]")
+    parser.add_argument("--mode", choices=("drain", "latency"), default="drain")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--records", type=int, default=10_000, help="backlog per drain round")
+    parser.add_argument("--rate", type=float, default=1120.0, help="records/s in latency rounds")
+    args = parser.parse_args()
+    if not (os.environ.get("KAFKA_BOOTSTRAP_SERVERS") and os.environ.get("REDIS_URL")):
+        print("python -m bench.ab: set KAFKA_BOOTSTRAP_SERVERS and REDIS_URL (deploy/services.sh up)", file=sys.stderr)
+        return 2
+    kinds = [Kind.parse(spec) for spec in args.kinds.split(",") if spec]
+    results = asyncio.run(run(kinds, args.mode, args.rounds, args.records, args.rate))
+    unit = ("records/s", "µs CPU per record") if args.mode == "drain" else ("p50 ms", "p99 ms")
+    for spec, figures in results.items():
+        first, second = statistics.median(f[0] for f in figures), statistics.median(f[1] for f in figures)
+        print(f"median of {len(figures)} {spec:40s} {unit[0]} {first:.1f}, {unit[1]} {second:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
