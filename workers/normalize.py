@@ -147,11 +147,10 @@ class NormalizerWorker:
                     read = asyncio.ensure_future(self._read_journals(unread))
                     await asyncio.sleep(0)  # let it send its request before the CPU work starts
                 steps: list[Step | None] = [None] * len(routed)
-                held = [i for i, item in enumerate(routed) if not (isinstance(item, RunInput) and item.run in unread)]
+                held, new = _split_by_run(routed, set(unread))
                 early = await self._step_and_send(routed, held, steps, {}, trace)
                 if read is not None:
                     journals, read = await read, None
-                    new = [i for i, item in enumerate(routed) if isinstance(item, RunInput) and item.run in unread]
                     early += await self._step_and_send(routed, new, steps, journals, trace)
                 flight = _Flight(steps, trace, offsets, early)  # type: ignore[arg-type]  # every slot filled
                 trace.stepped(flight.steps, registered=True)
@@ -569,6 +568,16 @@ class NormalizerWorker:
 
 
 _PARTITION_CACHE = 65_536
+
+
+def _split_by_run(routed: Sequence[DeadLetter | RunInput], unread: set[RunKey]) -> tuple[list[int], list[int]]:
+    """Positions of the records of runs held here (and of records of no run), and of the
+    records of the ``unread`` runs, each in record order — one pass, a set lookup per record."""
+    held: list[int] = []
+    new: list[int] = []
+    for i, item in enumerate(routed):
+        (new if isinstance(item, RunInput) and item.run in unread else held).append(i)
+    return held, new
 
 
 def _offsets(records: Sequence[RawRecord]) -> dict[TopicPartition, tuple[int, int]]:
