@@ -1,4 +1,4 @@
-"""A poll's writes to one Redis server as one script call, with the epoch checked first.
+"""A poll's writes (and its journal reads) on one Redis server as one script call each, the epoch checked first.
 
 On one server :class:`workers.store.ArtefactStore` writes a poll (artefacts, thread index,
 journal entries) and later its ended markers. It did so as a redis-py ``MULTI``/``EXEC``
@@ -34,9 +34,12 @@ from redis.exceptions import NoScriptError
 
 from workers.redis_slots import Op
 
-WRITE_OPS = """
+_EPOCH_FIRST = """
 if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end
-local a = 2
+"""
+"""Both scripts start here: KEYS[1] is the epoch hash, ARGV[1] the id expected ('' = unchecked)."""
+
+WRITE_OPS = _EPOCH_FIRST + """local a = 2
 for k = 2, #KEYS do
   local n = tonumber(ARGV[a + 1])
   redis.call(ARGV[a], KEYS[k], unpack(ARGV, a + 2, a + 1 + n))
@@ -48,9 +51,7 @@ return 1
 unchecked), then per op its command, its argument count and the arguments after the key.
 Returns 0 (nothing written) when the epoch's id is missing or another, else 1."""
 
-READ_HASHES = """
-if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end
-local out = {}
+READ_HASHES = _EPOCH_FIRST + """local out = {}
 for k = 2, #KEYS, 2 do
   out[#out + 1] = redis.call('HGETALL', KEYS[k])
   out[#out + 1] = redis.call('GET', KEYS[k + 1])

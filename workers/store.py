@@ -65,6 +65,9 @@ one atomic step, so racing workers all adopt the first one's epoch."""
 class StoreLost(Exception):
     """The store's epoch is missing or changed: Redis lost (some of) its data."""
 
+    def __init__(self, message: str = "the store's epoch is missing or changed: Redis lost data") -> None:
+        super().__init__(message)
+
 
 class ArtefactStore:
     """Artefacts by tenant + thread + entityId, a per-thread index, and run journals."""
@@ -136,11 +139,12 @@ class ArtefactStore:
 
     def _check_epoch(self, reply: bytes | None) -> None:
         if reply is None or reply.decode() != self.epoch:
-            raise StoreLost("the store's epoch is missing or changed: Redis lost data")
+            raise StoreLost
 
     async def apply(self, steps: Iterable[Step]) -> int:
-        """Write the state of a batch of steps in one transaction (on a cluster: one per hash slot,
-        then a replica's acknowledgement when the batch ends a run); returns artefacts written."""
+        """Write the state of a batch of steps in one atomic write (:meth:`_write`: one script call,
+        or on a cluster one transaction per hash slot and a replica's acknowledgement when the
+        batch ends a run); returns artefacts written."""
         steps = list(steps)
         pipe: list[Op] = []
         written = 0
@@ -199,7 +203,7 @@ class ArtefactStore:
                 self._check_epoch(await self.redis.hget(EPOCH_KEY, "id"))
             return
         if not await self._writes(*write_call(ops, EPOCH_KEY, self.epoch)):
-            raise StoreLost("the store's epoch is missing or changed: Redis lost data")
+            raise StoreLost
 
     async def _write_with_replies(self, ops: list[Op]) -> list[object]:
         """The ops in one ``MULTI``/``EXEC`` (one transaction per slot on a cluster), with each
@@ -223,8 +227,8 @@ class ArtefactStore:
         if self.slot_writer is None:
             reply = await self._reads(*read_call(pairs, EPOCH_KEY, self.epoch))
             if reply == 0:
-                raise StoreLost("the store's epoch is missing or changed: Redis lost data")
-            return [(_journal_entries(dict(zip(fields[::2], fields[1::2], strict=True))), ended or False) for fields, ended in zip(reply[::2], reply[1::2], strict=True)]
+                raise StoreLost
+            return [(_journal_entries(zip(fields[::2], fields[1::2], strict=True)), ended or False) for fields, ended in zip(reply[::2], reply[1::2], strict=True)]
         pipe = self.redis.pipeline(transaction=False)
         for journal, ended in pairs:
             pipe.hgetall(journal)
@@ -234,7 +238,7 @@ class ArtefactStore:
         replies = await pipe.execute()
         if self.epoch is not None:
             self._check_epoch(replies[-1])
-        return [(_journal_entries(replies[2 * i]), replies[2 * i + 1] or False) for i in range(len(runs))]
+        return [(_journal_entries(replies[2 * i].items()), replies[2 * i + 1] or False) for i in range(len(runs))]
 
     async def thread_artefacts(self, tenant: str, thread_id: str) -> list[ArtefactRecord]:
         """A thread's artefacts in arrival order (what a replay reads)."""
@@ -269,9 +273,10 @@ class ArtefactStore:
         pipe.append(Op("expire", (index, ttl_s)))
 
 
-def _journal_entries(entries: dict[bytes, bytes]) -> list[JournalEntry]:
+def _journal_entries(entries: Iterable[tuple[bytes, bytes]]) -> list[JournalEntry]:
+    """A journal hash's (field, value) pairs as entries (a script's flat reply needs no dict first)."""
     journal = []
-    for seq, blob in entries.items():
+    for seq, blob in entries:
         sse, _, value = blob.partition(_SSE_SEPARATOR)
         journal.append(JournalEntry(int(seq), value, sse.decode() or None))
     return journal
