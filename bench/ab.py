@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -73,6 +74,7 @@ def worktrees(revs: set[str]) -> Iterator[dict[str, Path]]:
         for path in made.values():
             subprocess.run(["git", "-C", str(e2e.ROOT), "worktree", "remove", "--force", str(path)], check=False)
         subprocess.run(["git", "-C", str(e2e.ROOT), "worktree", "prune"], check=False)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: float) -> dict[str, list[tuple[float, float]]]:
