@@ -50,7 +50,13 @@ class RunPublisher:
         self._topic = topic
         self._framer = SSEFramer()
         self.published = 0
-        """Provider events published so far (control records not counted)."""
+        """Provider events the broker acknowledged so far (control records not counted)."""
+        self._next_seq = 0
+        """``rw-seq`` of the next record. A number is taken when its record is queued with the
+        producer, not when it is acknowledged: a wait for acks that is cancelled (Ctrl-C) leaves
+        the record on its way, and handing its number out again would give the ``abort`` an
+        ``rw-seq`` already used (the worker dead-letters it as a conflict, the run stays open)."""
+        self._failed = False
         self.outcome: Control | None = None
         """``end`` or ``abort`` once the run's control record is published."""
 
@@ -70,12 +76,11 @@ class RunPublisher:
             return
         if control is Control.END:
             await self._publish(self._framer.finish())
-        record = OutgoingRecord(self.envelope.run_id.encode(), None, self.envelope.headers(self._seq(), control=control))
+        record = OutgoingRecord(self.envelope.run_id.encode(), None, self.envelope.headers(self._next_seq, control=control))
         await self._deliver([record])
+        if not self._failed:  # acknowledged after everything queued before it on the run's partition (idempotent, in order)
+            self.published = self._next_seq
         self.outcome = control
-
-    def _seq(self) -> int:
-        return self.published
 
     async def _publish(self, events: list[tuple[bytes, str | None]]) -> int:
         if not events:
@@ -83,9 +88,9 @@ class RunPublisher:
         if self.outcome is not None:
             raise IngressError(f"run {self.envelope.run_id} already ended ({self.outcome.value})")
         key = self.envelope.run_id.encode()
-        records = [
-            OutgoingRecord(key, data, self.envelope.headers(self.published + i, sse_event=event)) for i, (data, event) in enumerate(events)
-        ]
+        first = self._next_seq
+        records = [OutgoingRecord(key, data, self.envelope.headers(first + i, sse_event=event)) for i, (data, event) in enumerate(events)]
+        self._next_seq += len(records)  # taken now: see ``_next_seq``
         await self._deliver(records)
         self.published += len(records)
         return len(records)
@@ -95,6 +100,7 @@ class RunPublisher:
             pending = [await self._producer.send(self._topic, r.value, key=r.key, headers=r.headers) for r in records]
             await asyncio.gather(*pending)
         except KafkaError as exc:
+            self._failed = True
             raise IngressError(f"run {self.envelope.run_id}: the broker did not take record(s) ({type(exc).__name__})") from exc
 
 
