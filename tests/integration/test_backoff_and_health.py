@@ -85,8 +85,11 @@ async def test_redis_outage_backs_off_logs_state_changes_and_reports_not_ready(p
         await send(producer, [r for rs in records[:3] for r in rs])
         async with Collector(primed_group.kafka_bootstrap_servers) as c:
             await c.until(lambda c: all(c.finished(r.run_id) for r in runs[:3]), timeout=60)
-        redis.stop()
+        # measured before the stop: the worker can notice the outage at once (the ended markers
+        # of the finished runs are written after their RUN_FINISHED went out) and log
+        # ``degraded`` while stop() still waits for Redis to go
         before = worker.log.stat().st_size
+        redis.stop()
         await send(producer, [r for rs in records[3:] for r in rs])  # load while Redis is away
         time.sleep(6)
         during = _readyz(health)
