@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from contracts import topics
 from tests.conformance.oracle import assert_valid_stream, translate_file
 from tests.integration.conftest import Collector
+from tests.signals import ctrl_c_as_in_a_terminal
 from workers.ingress_client import IngressError, Publisher
 
 pytestmark = pytest.mark.integration
@@ -173,6 +174,7 @@ async def test_ingest_command_interrupted_publishes_abort(primed_group: Any) -> 
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "workers.cli", "ingest", "--provider", "anthropic-messages", "--run-id", run_id, "--thread-id", thread_id,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+        preexec_fn=ctrl_c_as_in_a_terminal,
     )
     assert proc.stdin is not None
     for line in lines[:2]:
