@@ -26,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -711,12 +711,11 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         ack_policy=AckPolicy.MANUAL,  # the worker commits each poll itself, in order, once it is acknowledged
         listener=listener,
         parser=_parse_raw,
-        decoder=_message_as_body,
+        decoder=_polled,
     )
-    async def on_raw(msg: Any) -> None:  # the poll's KafkaMessage, as its body (see _message_as_body)
-        raw = msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,)
-        worker.consumer = msg.consumer  # type: ignore[attr-defined]
-        await worker.handle([_raw_record(r) for r in raw])
+    async def on_raw(polled: Polled) -> None:  # the poll's records and consumer, as its body (see _polled)
+        worker.consumer = polled.consumer
+        await worker.handle([_raw_record(r) for r in polled.records])
 
     expiry: dict[str, Any] = {}
 
@@ -793,16 +792,29 @@ async def _parse_raw(records: tuple[Any, ...], original: Any) -> KafkaMessage:
     return message
 
 
-async def _message_as_body(msg: KafkaMessage) -> KafkaMessage:
-    """The handler's one argument is the message itself, not a decoded body.
+class Polled(NamedTuple):
+    """A poll as the handler's body: aiokafka's records and the consumer that fetched them."""
+
+    records: tuple[Any, ...]
+    consumer: Any
+
+
+async def _polled(msg: KafkaMessage) -> Polled:
+    """The handler's one argument: the poll's raw records and its consumer, not a decoded body.
 
     The raw bodies are provider bytes the translator parses itself: never JSON-decode them
     twice. And a handler that asks for the message as a second parameter (``msg:
     KafkaMessage``) makes FastStream's dependency injection resolve a context field, which
     fast_depends does by a sync call in anyio's worker thread: a thread hop (queue, wake-up,
     result back through the loop) on every poll. Here we step past the framework's context
-    injection for that reason; the subscriber, its parser and the consumer stay FastStream's."""
-    return msg
+    injection for that reason; the subscriber, its parser and the consumer stay FastStream's.
+
+    Not the message itself: FastStream caches the decoded body *in* the message, and a
+    message holding itself is a reference cycle — every poll's message and its 200 records
+    then waited for the garbage collector (10 000 records freed per full collection at 1 200
+    records/s) instead of going when the poll did."""
+    raw = msg.raw_message
+    return Polled(raw if isinstance(raw, tuple) else (raw,), msg.consumer)  # type: ignore[attr-defined]
 
 
 def _raw_record(record: Any) -> RawRecord:
