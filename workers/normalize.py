@@ -713,7 +713,9 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         parser=_parse_raw,
         decoder=_polled,
     )
-    async def on_raw(polled: Polled) -> None:  # the poll's records and consumer, as its body (see _polled)
+    # ``Any``, not ``Polled``: fast_depends validates an annotated body with pydantic, which
+    # would rebuild the poll's tuple of records on every poll
+    async def on_raw(polled: Any) -> None:  # the poll's records and consumer, as its body (see _polled)
         worker.consumer = polled.consumer
         await worker.handle([_raw_record(r) for r in polled.records])
 
