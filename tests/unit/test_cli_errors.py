@@ -279,8 +279,9 @@ def test_translate_unknown_events_before_the_first_known_one_are_kept_issue14_it
 
 def test_interrupt_is_quiet_exit_130() -> None:
     """Ctrl-C on a live `translate` is a user's action, not a crash."""
-    proc = subprocess.Popen([*reasonwire(), "translate", "--provider", "anthropic-messages", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        preexec_fn=ctrl_c_as_in_a_terminal,
+    proc = subprocess.Popen(
+        [*reasonwire(), "translate", "--provider", "anthropic-messages", "-"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=ctrl_c_as_in_a_terminal,
     )
     assert proc.stdin is not None and proc.stdout is not None
     try:
