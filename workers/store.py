@@ -195,12 +195,14 @@ class ArtefactStore:
         nothing into a store whose epoch is missing or another; on a cluster one transaction
         per hash slot with the epoch read after them (the epoch key has its own slot), and
         with ``wait`` a replica acknowledges before this returns. Raises :class:`StoreLost`."""
-        if not ops:
-            return
         if self.slot_writer is not None:
+            # even with no ops: with ``wait`` a run that ends here waits for the replicas of the
+            # masters earlier polls wrote its artefacts to (SlotWriter.write)
             await self.slot_writer.write(ops, wait=wait)
-            if self.epoch is not None:
+            if self.epoch is not None and ops:
                 self._check_epoch(await self.redis.hget(EPOCH_KEY, "id"))
+            return
+        if not ops:
             return
         if not await self._writes(*write_call(ops, EPOCH_KEY, self.epoch)):
             raise StoreLost

@@ -118,7 +118,10 @@ async def test_a_poll_over_many_threads_and_runs_stays_within_one_slot_per_trans
         loaded = await store.load_journals([s.run for s in steps])
         assert all(journal == [JournalEntry(0, b"{}")] and not ended for journal, ended in loaded)
         ended = [Step(run=s.run, thread_id=s.thread_id, run_ended=True) for s in steps]
-        await store.apply(ended)  # a poll that ends runs: the store WAITs for a replica
+        assert store.slot_writer is not None
+        waits = store.slot_writer.stats.waits
+        await store.apply(ended)  # a poll that ends runs, writing nothing: the store WAITs for a replica
+        assert store.slot_writer.stats.waits > waits
         await store.close_runs(ended)
         assert all(ended for _, ended in await store.load_journals([s.run for s in steps]))
         for s in steps[:5]:

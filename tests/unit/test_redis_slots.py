@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from contracts.store import artefact_key, ended_key, journal_key, thread_index_key, thread_runs_key
@@ -41,3 +43,34 @@ def test_cluster_urls() -> None:
     plain, nodes = cluster_nodes("rediss-cluster://u:p%40w@a:7000,b:7001/0?ssl_ca_certs=/ca.pem")
     assert plain == "rediss://u:p%40w@a:7000/0?ssl_ca_certs=/ca.pem"
     assert nodes == [("a", 7000), ("b", 7001)]
+
+
+class _RecordingSlotWriter:
+    """Stands in for :class:`SlotWriter` (which needs a cluster): records what the store asks."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[Any], bool]] = []
+
+    async def write(self, ops: Any, *, wait: bool) -> list[Any]:
+        self.calls.append((list(ops), wait))
+        return []
+
+
+def test_on_a_cluster_a_poll_that_only_ends_a_run_still_waits_for_replicas_issue16() -> None:
+    """An ``abort`` or ``end`` record alone in a poll writes nothing, but the run's artefacts went
+    to masters in earlier polls: its terminal event must wait for their replicas (``WAIT``), or
+    a master lost right after it loses artefacts a reader was told about."""
+    import asyncio
+
+    from redis.asyncio import Redis
+
+    from workers.core.normalizer import RunKey, Step
+    from workers.store import ArtefactStore
+
+    store = ArtefactStore(Redis(), artefact_ttl_s=60, journal_ttl_s=60)
+    writer = _RecordingSlotWriter()
+    store.slot_writer = writer  # type: ignore[assignment]
+    asyncio.run(store.apply([Step(run=RunKey("acme", "run-1"), run_ended=True, ended_at=(0, 9))]))
+    assert writer.calls == [([], True)]
+    asyncio.run(store.apply([Step(run=RunKey("acme", "run-2"))]))  # nothing to write, nothing ends
+    assert writer.calls[1:] in ([], [([], False)])
