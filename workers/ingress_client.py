@@ -42,7 +42,10 @@ __all__ = ["IngressError", "Publisher", "RunPublisher"]
 
 
 class RunPublisher:
-    """One run's ingress: frames, numbers and publishes its provider events (see module doc)."""
+    """One run's ingress: frames, numbers and publishes its provider events (see module doc).
+
+    One call at a time (await each): a run is one ordered stream, and concurrent calls would
+    interleave its records in an order the provider never sent."""
 
     def __init__(self, producer: AIOKafkaProducer, envelope: RunEnvelope, topic: str = topics.RAW) -> None:
         self._producer = producer
@@ -53,9 +56,11 @@ class RunPublisher:
         """Provider events the broker acknowledged so far (control records not counted)."""
         self._next_seq = 0
         """``rw-seq`` of the next record. A number is taken when its record is queued with the
-        producer, not when it is acknowledged: a wait for acks that is cancelled (Ctrl-C) leaves
-        the record on its way, and handing its number out again would give the ``abort`` an
-        ``rw-seq`` already used (the worker dead-letters it as a conflict, the run stays open)."""
+        producer — one record at a time — not when it is acknowledged: a wait for acks that is
+        cancelled (Ctrl-C) leaves the record on its way, and handing its number out again would
+        give the ``abort`` an ``rw-seq`` already used (the worker dead-letters it as a conflict,
+        the run stays open); and a cancellation while records are still being queued leaves the
+        rest unnumbered, so the ``abort`` follows the last queued one without a gap."""
         self._failed = False
         self.outcome: Control | None = None
         """``end`` or ``abort`` once the run's control record is published."""
@@ -76,10 +81,11 @@ class RunPublisher:
             return
         if control is Control.END:
             await self._publish(self._framer.finish())
-        record = OutgoingRecord(self.envelope.run_id.encode(), None, self.envelope.headers(self._next_seq, control=control))
+        seq = self._next_seq
+        record = OutgoingRecord(self.envelope.run_id.encode(), None, self.envelope.headers(seq, control=control))
         await self._deliver([record])
         if not self._failed:  # acknowledged after everything queued before it on the run's partition (idempotent, in order)
-            self.published = self._next_seq
+            self.published = seq
         self.outcome = control
 
     async def _publish(self, events: list[tuple[bytes, str | None]]) -> int:
@@ -90,14 +96,18 @@ class RunPublisher:
         key = self.envelope.run_id.encode()
         first = self._next_seq
         records = [OutgoingRecord(key, data, self.envelope.headers(first + i, sse_event=event)) for i, (data, event) in enumerate(events)]
-        self._next_seq += len(records)  # taken now: see ``_next_seq``
         await self._deliver(records)
         self.published += len(records)
         return len(records)
 
     async def _deliver(self, records: list[OutgoingRecord]) -> None:
+        """Queue each record (its ``rw-seq`` is taken once ``send`` returns), then wait for every ack.
+        ``records`` are numbered from ``_next_seq`` on."""
         try:
-            pending = [await self._producer.send(self._topic, r.value, key=r.key, headers=r.headers) for r in records]
+            pending = []
+            for r in records:
+                pending.append(await self._producer.send(self._topic, r.value, key=r.key, headers=r.headers))
+                self._next_seq += 1  # queued: see ``_next_seq``
             await asyncio.gather(*pending)
         except KafkaError as exc:
             self._failed = True

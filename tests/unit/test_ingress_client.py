@@ -53,3 +53,40 @@ async def test_a_cancelled_wait_for_acks_never_hands_an_rw_seq_out_twice() -> No
     assert [h[HEADER_SEQ] for h in producer.sent] == [b"0", b"1", b"2"]
     assert producer.sent[2][HEADER_CONTROL] == b"abort"
     assert run.published == 2  # the control record's ack covers the two before it
+
+
+class _SlowQueue(_HeldAcks):
+    """``send`` itself waits (aiokafka does, for metadata or a full batch) from the second record on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def send(self, topic: str, value: bytes | None, *, key: bytes, headers: list[tuple[str, bytes]]) -> asyncio.Future[None]:
+        if self.sent and not self.release.is_set():
+            await self.release.wait()
+        return await super().send(topic, value, key=key, headers=headers)
+
+
+async def test_a_cancellation_while_records_are_queued_leaves_no_gap_before_the_abort() -> None:
+    """Found by review: the numbers of a whole call were taken before its records were queued,
+    so Ctrl-C while ``send`` waited left records unqueued but numbered — the ``abort`` came after
+    a gap (the worker ends such a run ``sequence_gap``, not aborted) and ``published`` counted
+    events that never left."""
+    producer = _SlowQueue()
+    run = RunPublisher(producer, RunEnvelope("anthropic-messages", "run-2", "thread-2"))  # type: ignore[arg-type]
+    sending = asyncio.create_task(run.send('data: {"type":"message_start"}\n\ndata: {"type":"ping"}\n\ndata: {"type":"ping"}\n\n'))
+    while len(producer.sent) < 1:
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)  # the second send is now waiting
+    sending.cancel()
+    await asyncio.gather(sending, return_exceptions=True)
+    producer.release.set()
+    closing = asyncio.create_task(run.close(Control.ABORT))
+    while len(producer.sent) < 2:
+        await asyncio.sleep(0)
+    producer.acknowledge_all()
+    await closing
+    assert [h[HEADER_SEQ] for h in producer.sent] == [b"0", b"1"]
+    assert producer.sent[1][HEADER_CONTROL] == b"abort"
+    assert run.published == 1
