@@ -137,9 +137,10 @@ class RepeatGate:
         return int(seen[1]) if seen is not None else 0
 
 
-def held_back_note(count: int, window_s: float) -> str:
-    """The suffix of a line logged after others of its kind were held back."""
-    return f" [{count} more like this in the last {window_s:.0f}s not logged]" if count else ""
+def held_back_note(count: int) -> str:
+    """The suffix of a line logged after others of its kind were held back (since the last line
+    of the kind logged, which may be long before the last window)."""
+    return f" [{count} more like this not logged since the last one]" if count else ""
 
 
 def install_log_throttle(window_s: float = 30.0) -> LogThrottle:

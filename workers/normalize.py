@@ -173,12 +173,11 @@ class NormalizerWorker:
                 return
             if self._failure is not None:
                 await self._rewind()  # else the expired runs' RUN_ERROR would chain onto the failed poll and be lost
-            trace = self.telemetry.batch(()).__enter__()
             steps = self.normalizer.expire(timeout_s=self.settings.inactivity_timeout_s)
-            trace.stepped(steps)
             if not steps:
-                trace.__exit__(None, None, None)
-                return
+                return  # no trace: an empty one would record a poll duration for no poll
+            trace = self.telemetry.batch(()).__enter__()
+            trace.stepped(steps)  # registered before anything can quote them (P8)
             await self._slots.acquire()
             self._launch(_Flight(steps, trace, {}))
 
@@ -193,6 +192,8 @@ class NormalizerWorker:
                 self._rewound.pop(tp, None)
             dropped = self.normalizer.forget_partitions([tp.partition for tp in revoked], revoked=True)
             self.telemetry.forget([tp.partition for tp in revoked])
+            for tp in revoked:  # its lag is the new owner's to report
+                self.health_metrics.lag.pop(tp.partition, None)
         log.info("partitions revoked: %d open runs handed over", dropped)
 
     async def drain(self) -> None:
@@ -521,7 +522,7 @@ class NormalizerWorker:
         how many were held back (:class:`~workers.health.RepeatGate`); the metrics count all."""
         held = self.repeats.admit(kind)
         if held is not None:
-            log.warning(line + "%s", *args, held_back_note(held, self.repeats.window_s))
+            log.warning(line + "%s", *args, held_back_note(held))
 
     async def _send(self, steps: Sequence[Step]) -> list[asyncio.Future[Any]]:
         """Queue every output with the producer, in order; the futures resolve on the broker's acks.

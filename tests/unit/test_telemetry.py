@@ -511,6 +511,31 @@ def test_a_failed_batch_ends_its_spans_with_the_exception_type_only_and_counts_n
     assert "reasonwire.records" not in _metric_points(metrics)  # the redelivered poll counts once
 
 
+def test_a_failed_poll_of_a_record_of_no_run_held_leaves_no_run_span_open(telemetry: Any) -> None:
+    """Found by review: the failure path started a run span for every record naming a run, even
+    the ingress's ``end`` record after the provider's own end (judged as of no run held); the
+    retry then put that record in the span, which nothing ever ended (until the worker stopped)."""
+    t, spans, _ = telemetry
+    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()
+    *stream, end = records
+    with traces.batch(stream) as trace:
+        trace.stepped(_steps(normalizer, stream))
+    assert list(traces.runs) == []  # the provider's own end ended the run
+
+    class StoreOutage(Exception):
+        pass
+
+    with pytest.raises(StoreOutage):
+        with traces.batch([end]) as trace:
+            trace.stepped(_steps(normalizer, [end]))
+            raise StoreOutage
+    assert list(traces.runs) == []
+    with traces.batch([end]) as trace:  # the retry commits
+        trace.stepped(_steps(normalizer, [end]))
+    assert list(traces.runs) == []
+    assert [s.name for s in spans.get_finished_spans()].count("reasonwire.run") == 1
+
+
 def test_content_is_registered_before_the_store_can_quote_it_P8(telemetry: Any) -> None:
     t, _, _ = telemetry
     traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()

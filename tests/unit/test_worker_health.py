@@ -61,3 +61,38 @@ async def test_a_failure_backs_off_and_a_success_resets() -> None:
     assert worker.ready["degraded"] == "redis: ConnectionError"
     worker._note_success({})
     assert worker.backoff.attempts == 0 and worker.ready["degraded"] is None
+
+
+async def test_an_expiry_tick_that_expires_nothing_records_no_poll() -> None:
+    """Found by review: every expiry tick (every ≤ 5 s) entered and left an empty batch trace,
+    recording a near-zero ``reasonwire.poll.duration`` for no poll — at low traffic most of the
+    histogram."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    t = setup_telemetry(metric_reader=reader, install_global=False, env={})
+    try:
+        store = ArtefactStore(Redis.from_url("redis://127.0.0.1:1/0"), artefact_ttl_s=60, journal_ttl_s=60)
+        worker = NormalizerWorker(WorkerSettings(inactivity_timeout_s=30), None, store, NormalizerTelemetry(t, group_id="g"))  # type: ignore[arg-type]
+        worker._healthy_since = time.monotonic() - 100  # served without a break for longer than the timeout
+        for _ in range(3):
+            await worker.expire_idle_runs()
+        data = reader.get_metrics_data()
+        names = {m.name for rm in (data.resource_metrics if data else ()) for sm in rm.scope_metrics for m in sm.metrics}
+        assert "reasonwire.poll.duration" not in names
+    finally:
+        t.log_guard.uninstall()
+        t.shutdown()
+
+
+async def test_a_revoked_partition_is_no_longer_reported_in_the_lag() -> None:
+    """Found by review: the lag of a revoked partition stayed in this worker's gauge (and
+    ``/readyz``), so a sum over the group counted it twice once its new owner reported it."""
+    from aiokafka import TopicPartition
+
+    from contracts import topics
+
+    worker, _ = _worker(timeout_s=30)
+    worker.health_metrics.lag.update({0: 5, 1: 7})
+    await worker.forget([TopicPartition(topics.RAW, 1)])
+    assert worker.health_metrics.lag == {0: 5}

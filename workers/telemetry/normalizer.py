@@ -544,22 +544,36 @@ class BatchTrace:
         if not owner.tracing or not self.records:
             return
         now = time.time_ns()
-        polls: dict[tuple[str, str], _PollOfRun] = {}
-        for record in self.records:
-            headers = _Headers.of(record)  # the failure path: the Steps may not exist
-            if headers.run_id is None:
+        polls: dict[_RunTrace, _PollOfRun] = {}
+        steps = self.steps if len(self.steps) == len(self.records) else None  # None: it failed before stepping
+        for i, record in enumerate(self.records):
+            run = self._run_of_failed(record, steps[i] if steps is not None else None)
+            if run is None or run.span is None:
                 continue
-            key = (headers.tenant, headers.run_id)
-            run = owner.runs.get(key) or owner._start_run(key, record, self.started)  # the retry reuses it
-            if run.span is None:
-                continue
-            poll = polls.get(key)
+            poll = polls.get(run)
             if poll is None:
-                poll = polls[key] = _PollOfRun(run, first_offset=record.offset)
+                poll = polls[run] = _PollOfRun(run, first_offset=record.offset)
             poll.records += 1
             _note_link(poll, record)
         for poll in polls.values():
             self._process_span(poll, now, exc)
+
+    def _run_of_failed(self, record: RawRecord, step: Step | None) -> _RunTrace | None:
+        """The run a record of a failed poll is spanned under. Stepped: as a committed poll would
+        judge it (a run first met here starts, and its retry reuses the span; a record of no run
+        held — skipped or dead-lettered — starts none: its span would never end). Not stepped:
+        only a run already held, named by the record's headers."""
+        owner = self.owner
+        if step is None:
+            headers = _Headers.of(record)
+            return owner.runs.get((headers.tenant, headers.run_id)) if headers.run_id is not None else None
+        key = step.run
+        if key is None:
+            return None
+        run = owner.runs.get(key)  # type: ignore[arg-type]
+        if run is None and step.skipped is None and step.dead_letter is None:
+            run = owner._start_run(key, record, self.started)  # type: ignore[arg-type]
+        return run
 
     def _delays(self, acknowledged: int) -> None:
         """End-to-end delay: each partition's oldest record in the poll (its Kafka timestamp, ms)."""
