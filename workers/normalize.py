@@ -125,6 +125,12 @@ class NormalizerWorker:
         """Loop time since when polls and the broker have worked without a break (``None``: broken now)."""
         self.repeats = RepeatGate()
         """Per-record WARNING lines (translator warnings, dead letters): one per kind per minute."""
+        self._unsent_expiries: dict[RunKey, Step] = {}
+        """The Steps of an expiry tick whose flight failed, by run. Unlike a poll's runs, no record
+        brings them back (their ingress vanished; the core already let them go), so the next tick
+        sends these Steps again — the same events, idempotent writes. A record of the run met
+        meanwhile drops its Step (the run was not ended: it is restored from its journal and
+        goes on), and so does its partition's revocation (the new owner's to judge)."""
 
     async def handle(self, records: Sequence[RawRecord]) -> None:
         """Step one poll and put its writes in flight; returns before they are acknowledged."""
@@ -142,6 +148,10 @@ class NormalizerWorker:
             read: asyncio.Future[dict[RunKey, tuple[list[JournalEntry], Any]]] | None = None
             try:
                 routed = [self.normalizer.route(record) for record in records]
+                if self._unsent_expiries:
+                    for item in routed:
+                        if isinstance(item, RunInput):
+                            self._unsent_expiries.pop(item.run, None)
                 unread = self._runs_to_read(routed)
                 if unread:  # in flight while the runs held here are stepped and their outputs sent
                     read = asyncio.ensure_future(self._read_journals(unread))
@@ -173,7 +183,8 @@ class NormalizerWorker:
                 return
             if self._failure is not None:
                 await self._rewind()  # else the expired runs' RUN_ERROR would chain onto the failed poll and be lost
-            steps = self.normalizer.expire(timeout_s=self.settings.inactivity_timeout_s)
+            steps = [*self._unsent_expiries.values(), *self.normalizer.expire(timeout_s=self.settings.inactivity_timeout_s)]
+            self._unsent_expiries.clear()
             if not steps:
                 return  # no trace: an empty one would record a poll duration for no poll
             trace = self.telemetry.batch(()).__enter__()
@@ -192,8 +203,12 @@ class NormalizerWorker:
                 self._rewound.pop(tp, None)
             dropped = self.normalizer.forget_partitions([tp.partition for tp in revoked], revoked=True)
             self.telemetry.forget([tp.partition for tp in revoked])
+            gone = {tp.partition for tp in revoked}
             for tp in revoked:  # its lag is the new owner's to report
                 self.health_metrics.lag.pop(tp.partition, None)
+            for run, step in list(self._unsent_expiries.items()):
+                if step.ended_at is None or step.ended_at[0] in gone:
+                    del self._unsent_expiries[run]
         log.info("partitions revoked: %d open runs handed over", dropped)
 
     async def drain(self) -> None:
@@ -315,6 +330,8 @@ class NormalizerWorker:
         failure = self._failure or RuntimeError("rewound")
         for flight in self._flights:  # their records come again: spans end in ERROR, nothing counted
             flight.trace.__exit__(type(failure), failure, None)
+            if not flight.offsets and not flight.acknowledged:  # an expiry tick's: sent again (see _unsent_expiries)
+                self._unsent_expiries.update((step.run, step) for step in flight.steps if step.run is not None)
         self._flights.clear()
         self._last = None  # the next poll starts a new chain: it must not wait on a failed one
         self._failure = None
