@@ -204,8 +204,8 @@ class NormalizerWorker:
             dropped = self.normalizer.forget_partitions([tp.partition for tp in revoked], revoked=True)
             self.telemetry.forget([tp.partition for tp in revoked])
             gone = {tp.partition for tp in revoked}
-            for tp in revoked:  # its lag is the new owner's to report
-                self.health_metrics.lag.pop(tp.partition, None)
+            for partition in gone:  # its lag is the new owner's to report
+                self.health_metrics.lag.pop(partition, None)
             for run, step in list(self._unsent_expiries.items()):
                 if step.ended_at is None or step.ended_at[0] in gone:
                     del self._unsent_expiries[run]
