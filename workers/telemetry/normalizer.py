@@ -425,9 +425,7 @@ class BatchTrace:
         ended: list[tuple[_RunTrace, bytes | None]] = []
         for record, step in zip(self.records, self.steps, strict=True):
             key = step.run
-            run = runs.get(key) if key is not None else None  # type: ignore[arg-type]
-            if run is None and key is not None and step.skipped is None and step.dead_letter is None:
-                run = owner._start_run(key, record, self.started)
+            run = self._run_of(record, step)
             provider = run.provider if run is not None else _Headers.of(record).provider  # the rare record of no run held
             outcome = _outcome(step)
             if metering:  # summed per label set in the poll's tally, inline: this runs per record
@@ -558,22 +556,26 @@ class BatchTrace:
         for poll in polls.values():
             self._process_span(poll, now, exc)
 
-    def _run_of_failed(self, record: RawRecord, step: Step | None) -> _RunTrace | None:
-        """The run a record of a failed poll is spanned under. Stepped: as a committed poll would
-        judge it (a run first met here starts, and its retry reuses the span; a record of no run
-        held — skipped or dead-lettered — starts none: its span would never end). Not stepped:
-        only a run already held, named by the record's headers."""
-        owner = self.owner
-        if step is None:
-            headers = _Headers.of(record)
-            return owner.runs.get((headers.tenant, headers.run_id)) if headers.run_id is not None else None
+    def _run_of(self, record: RawRecord, step: Step) -> _RunTrace | None:
+        """The run a stepped record counts under: the one held, or one first met here (started);
+        a record of no run held — skipped or dead-lettered — has none (a span started for it
+        would never end). A failed poll's retry reuses a run started by the failure."""
         key = step.run
         if key is None:
             return None
-        run = owner.runs.get(key)  # type: ignore[arg-type]
+        run = self.owner.runs.get(key)  # type: ignore[arg-type]
         if run is None and step.skipped is None and step.dead_letter is None:
-            run = owner._start_run(key, record, self.started)  # type: ignore[arg-type]
+            run = self.owner._start_run(key, record, self.started)  # type: ignore[arg-type]
         return run
+
+    def _run_of_failed(self, record: RawRecord, step: Step | None) -> _RunTrace | None:
+        """The run a record of a failed poll is spanned under: as a committed poll would judge it
+        (:meth:`_run_of`) once stepped; if it failed before stepping, only a run already held,
+        named by the record's headers."""
+        if step is not None:
+            return self._run_of(record, step)
+        headers = _Headers.of(record)
+        return self.owner.runs.get((headers.tenant, headers.run_id)) if headers.run_id is not None else None
 
     def _delays(self, acknowledged: int) -> None:
         """End-to-end delay: each partition's oldest record in the poll (its Kafka timestamp, ms)."""
