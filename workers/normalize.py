@@ -201,9 +201,9 @@ class NormalizerWorker:
                 await self._rewind(skip=set(revoked))
             for tp in revoked:
                 self._rewound.pop(tp, None)
-            dropped = self.normalizer.forget_partitions([tp.partition for tp in revoked], revoked=True)
-            self.telemetry.forget([tp.partition for tp in revoked])
             gone = {tp.partition for tp in revoked}
+            dropped = self.normalizer.forget_partitions(gone, revoked=True)
+            self.telemetry.forget(gone)
             for partition in gone:  # its lag is the new owner's to report
                 self.health_metrics.lag.pop(partition, None)
             for run, step in list(self._unsent_expiries.items()):
