@@ -116,7 +116,9 @@ def test_http_agent_two_turns_carry_opaque_state_back_to_the_agent_byte_for_byte
     client_values = [m["encryptedValue"] for m in reasoning if "encryptedValue" in m] + [c["encryptedValue"] for c in calls if "encryptedValue" in c]
     assert sorted(client_values) == sorted(issued)  # every opaque value reached the client unchanged
 
-    requests = agent_service.requests()
+    # this thread's requests: the example agent's consumer group is shared by every test on the
+    # broker, and a request another test published just before it started is answered too
+    requests = [r for r in agent_service.requests() if r["thread_id"] == thread_id]
     assert [r["run_id"] for r in requests] == runs
     assert _signatures(requests[0]["body"]) == []  # turn 1: nothing to replay yet
     replayed = _signatures(requests[1]["body"])
