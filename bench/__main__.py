@@ -30,7 +30,7 @@ import orjson
 
 from bench import cpu, e2e, gateway, litellm_compare, memory, profiles
 from bench.streams import runs, templates
-from workers.translators import implemented
+from reasonwire.workers.translators import implemented
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -5,7 +5,7 @@ What is measured, per grammar, over the same generated runs (``bench.streams``):
 * **reasonwire** — what the worker does with a run's bytes, minus I/O: a fresh
   translator per run, ``feed(raw)`` for every provider event (``orjson.loads``
   inside), ``finish()``, and every output serialized the way it goes on the wire:
-  each AG-UI event with ``workers.core.wire.event_json``, each artefact record
+  each AG-UI event with ``reasonwire.workers.core.wire.event_json``, each artefact record
   and the run's usage record with ``record_json``.
 * **floor** — the same JSON work and nothing else: ``orjson.loads`` of every raw
   line, and ``orjson.dumps`` of every output the translator produced for that
@@ -34,8 +34,8 @@ from typing import Any
 
 import orjson
 
-from workers.core.wire import event_json, record_json
-from workers.translators import translator_class
+from reasonwire.workers.core.wire import event_json, record_json
+from reasonwire.workers.translators import translator_class
 
 
 def translate_run(cls: type, lines: Sequence[bytes], run_id: str) -> int:

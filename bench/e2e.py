@@ -14,7 +14,7 @@ closed by its ``end`` control record):
   ``worker-exporting`` the same exporting every span and metric (OTel's console
   exporter, into the process log), ``worker-exporting-sampled`` the same with
   1 % of runs traced (``parentbased_traceidratio``), kind ``worker-no-telemetry`` the same with
-  ``workers.telemetry`` replaced by a null object;
+  ``reasonwire.workers.telemetry`` replaced by a null object;
 * the **passthrough** — ``python -m bench.passthrough``: bare aiokafka, same
   group semantics, batch size, poll timeout, producer acks and linger; it
   re-publishes each record unchanged and commits;
@@ -74,11 +74,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench.streams import runs, templates
-from contracts import topics
-from contracts.envelope import HEADER_EVENT_SEQ, HEADER_RUN_ID, HEADER_SEQ
-from workers.core.normalizer import Normalizer, RawRecord
-from workers.ingress import RunEnvelope, raw_records
-from workers.sse import ProviderEvent
+from reasonwire.contracts import topics
+from reasonwire.contracts.envelope import HEADER_EVENT_SEQ, HEADER_RUN_ID, HEADER_SEQ
+from reasonwire.workers.core.normalizer import Normalizer, RawRecord
+from reasonwire.workers.ingress import RunEnvelope, raw_records
+from reasonwire.workers.sse import ProviderEvent
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTITIONS = 4

@@ -48,12 +48,12 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bench.e2e import process_cpu_s
-from contracts import topics
-from contracts.policy import Audience, RetentionPolicy
-from workers.core.audience import AudienceFilter
-from workers.gateway.keys import hash_key
-from workers.ingress_client import Publisher
-from workers.translators import translator_for
+from reasonwire.contracts import topics
+from reasonwire.contracts.policy import Audience, RetentionPolicy
+from reasonwire.workers.core.audience import AudienceFilter
+from reasonwire.workers.gateway.keys import hash_key
+from reasonwire.workers.ingress_client import Publisher
+from reasonwire.workers.translators import translator_for
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "tests" / "fixtures" / "anthropic-messages" / "c_interleaved_thinking_tool_calls.jsonl"
@@ -98,7 +98,7 @@ def _free_port() -> int:
 
 def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "workers.cli", *args], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        return subprocess.Popen([sys.executable, "-m", "reasonwire.workers.cli", *args], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
 async def _wait_for(check: Any, what: str, timeout: float = 90) -> None:

@@ -4,7 +4,7 @@ The end-to-end figures of ``make bench`` move by ±15 % between rounds on two
 shared cores; a change of a few microseconds per record cannot be seen there.
 This runs the worker's per-poll work on the benchmark's traffic (every grammar,
 64 runs interleaved, polls of ``RW_MAX_BATCH`` records) exactly as
-:meth:`workers.normalize.NormalizerWorker.handle` and its pipeline do it, minus
+:meth:`reasonwire.workers.normalize.NormalizerWorker.handle` and its pipeline do it, minus
 the network:
 
 * ``core`` — ``Normalizer.route`` + ``accept`` (a run met for the first time is
@@ -54,12 +54,12 @@ def measure(n_records: int, mode: str, runs: int, batch: int) -> dict[str, float
     from redis.asyncio import Redis
 
     from bench import e2e
-    from workers.core.normalizer import DeadLetter, Normalizer, RawRecord, Step
-    from workers.redis_script import WRITE_OPS, ServerScript, write_call
-    from workers.store import EPOCH_KEY, ArtefactStore
-    from workers.telemetry import setup_telemetry
-    from workers.telemetry.normalizer import NormalizerTelemetry
-    from workers.translators import implemented
+    from reasonwire.workers.core.normalizer import DeadLetter, Normalizer, RawRecord, Step
+    from reasonwire.workers.redis_script import WRITE_OPS, ServerScript, write_call
+    from reasonwire.workers.store import EPOCH_KEY, ArtefactStore
+    from reasonwire.workers.telemetry import setup_telemetry
+    from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
+    from reasonwire.workers.translators import implemented
 
     grammars = [g.value for g in implemented()]
     traffic = e2e.traffic(grammars, n_records, seed=12, tag="inproc").records

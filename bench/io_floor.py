@@ -15,7 +15,7 @@ worker's order and shape —
 * the outputs of runs that did not end, appended to one record batch per topic
   partition (``send_batch``, the partition chosen once per run with Kafka's
   default partitioner) while the Redis write runs: one write-script call
-  (:mod:`workers.redis_script`, as the worker's store makes it) with the
+  (:mod:`reasonwire.workers.redis_script`, as the worker's store makes it) with the
   artefacts (``SET`` + ``RPUSH`` + ``EXPIRE`` each), one ``HSET`` + ``EXPIRE``
   per run for the journal and ``SADD`` + ``EXPIRE`` for the thread's run index;
 * then the outputs of runs that ended, the broker's acks, the ended markers
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.worker_main import prefix_topics
-from workers.settings import WorkerSettings
+from reasonwire.workers.settings import WorkerSettings
 
 
 @dataclass
@@ -61,9 +61,9 @@ class Prepared:
 
 def prepare(records: list[tuple[bytes | None, bytes | None, list[Any]]], journal_ttl_s: int, artefact_ttl_s: int) -> dict[tuple[bytes | None, bytes | None], Prepared]:
     """The translation done before timing: each record's outputs and Redis commands."""
-    from contracts.store import artefact_key, artefact_slot, ended_key, journal_key, thread_index_key, thread_runs_key
-    from workers.core.normalizer import DeadLetter, Normalizer, RawRecord
-    from workers.core.wire import record_json
+    from reasonwire.contracts.store import artefact_key, artefact_slot, ended_key, journal_key, thread_index_key, thread_runs_key
+    from reasonwire.workers.core.normalizer import DeadLetter, Normalizer, RawRecord
+    from reasonwire.workers.core.wire import record_json
 
     normalizer = Normalizer()
     table: dict[tuple[bytes | None, bytes | None], Prepared] = {}
@@ -102,9 +102,9 @@ async def main() -> None:
     from redis.asyncio import Redis
 
     from bench.passthrough import _SayAssigned
-    from workers.redis_script import READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
-    from workers.redis_slots import Op
-    from workers.store import EPOCH_KEY
+    from reasonwire.workers.redis_script import READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
+    from reasonwire.workers.redis_slots import Op
+    from reasonwire.workers.store import EPOCH_KEY
 
     journal_ttl, artefact_ttl = int(os.environ.get("RW_JOURNAL_TTL_S", "900")), int(os.environ.get("RW_ARTEFACT_TTL_S", "900"))
     with open(os.environ["RW_BENCH_FLOOR_TRAFFIC"], "rb") as f:

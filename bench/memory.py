@@ -1,6 +1,6 @@
 """Memory of the sans-I/O normalizer: per open run, and against run length (issue 8, part 4).
 
-Everything goes through :class:`workers.core.normalizer.Normalizer` (``route`` +
+Everything goes through :class:`reasonwire.workers.core.normalizer.Normalizer` (``route`` +
 ``accept`` on real ``reasoning.raw.v1`` records), in this process, outputs
 dropped as the worker drops them once published:
 
@@ -28,8 +28,8 @@ from typing import Any
 import orjson
 
 from bench.streams import Segment, _set, templates
-from workers.core.normalizer import Normalizer, RawRecord
-from workers.ingress import RunEnvelope
+from reasonwire.workers.core.normalizer import Normalizer, RawRecord
+from reasonwire.workers.ingress import RunEnvelope
 
 
 def _records(grammar: str, run_id: str, lines: Iterable[bytes], start_seq: int = 0) -> Iterable[RawRecord]:

@@ -49,8 +49,8 @@ def _summary() -> dict[str, Any]:
 
 
 def install(path: str) -> None:
-    import workers.normalize as w
-    from workers.store import ArtefactStore
+    import reasonwire.workers.normalize as w
+    from reasonwire.workers.store import ArtefactStore
 
     samples = _SAMPLES
     last_return = [0.0]

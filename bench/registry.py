@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from workers.telemetry import registry as current
+from reasonwire.workers.telemetry import registry as current
 
 Op = tuple[str, object, str, bool]
 """("stream", key, delta, end) or ("add", None, value, False)."""

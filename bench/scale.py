@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import e2e
-from contracts.grammars import Grammar
+from reasonwire.contracts.grammars import Grammar
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

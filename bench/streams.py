@@ -38,8 +38,8 @@ from typing import Any
 
 import orjson
 
-from workers.core.translator import RunEnd
-from workers.translators import translator_for
+from reasonwire.workers.core.translator import RunEnd
+from reasonwire.workers.translators import translator_for
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("RW_FIXTURES", ROOT / "tests" / "fixtures"))

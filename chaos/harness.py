@@ -26,7 +26,7 @@ from aiokafka.errors import MessageSizeTooLargeError
 
 from chaos.load import BadCase, Run, bad_cases, make_run, templates
 from chaos.services import Services, Worker
-from contracts import topics
+from reasonwire.contracts import topics
 
 Fault = Callable[["Chaos"], Awaitable[None]]
 

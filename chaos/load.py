@@ -19,11 +19,11 @@ from typing import Any
 
 import orjson
 
-from contracts.envelope import HEADER_CONTROL, HEADER_PROVIDER, HEADER_RUN_ID, HEADER_SEQ, Control
-from workers.core.wire import event_json
-from workers.ingress import OutgoingRecord, RunEnvelope, raw_records
-from workers.sse import ProviderEvent, read_events
-from workers.translators import translator_for
+from reasonwire.contracts.envelope import HEADER_CONTROL, HEADER_PROVIDER, HEADER_RUN_ID, HEADER_SEQ, Control
+from reasonwire.workers.core.wire import event_json
+from reasonwire.workers.ingress import OutgoingRecord, RunEnvelope, raw_records
+from reasonwire.workers.sse import ProviderEvent, read_events
+from reasonwire.workers.translators import translator_for
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"

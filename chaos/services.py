@@ -149,7 +149,7 @@ class Worker:
         }
         out = log.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.cli", "worker", "normalize"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=self.tree
+            [sys.executable, "-m", "reasonwire.workers.cli", "worker", "normalize"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=self.tree
         )
         out.close()
 

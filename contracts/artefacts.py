@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.grammars import Grammar
+from reasonwire.contracts.grammars import Grammar
 
 SCHEMA: Literal["reasonwire.artefact.v1"] = "reasonwire.artefact.v1"
 

@@ -6,8 +6,8 @@ headers (its ``Message`` schema object has no ``headers`` field) and no Kafka ke
 Our channels carry raw provider bytes whose meaning is in the ``rw-*`` headers and the record
 key (the run id decides the partition, so the order), and the worker's handler takes undecoded
 records — FastStream would describe one channel with an empty payload. So the document is
-built here, from the same contracts the code uses: topic names (:mod:`contracts.topics`), their
-plan (:mod:`contracts.topic_plan`), the header names (:mod:`contracts.envelope`) and the
+built here, from the same contracts the code uses: topic names (:mod:`reasonwire.contracts.topics`), their
+plan (:mod:`reasonwire.contracts.topic_plan`), the header names (:mod:`reasonwire.contracts.envelope`) and the
 pydantic models' JSON schemas. The worker and replay worker still are FastStream apps.
 """
 
@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, TypeAdapter
 
-from contracts import envelope, topic_plan, topics
+from reasonwire.contracts import envelope, topic_plan, topics
 
 ASYNCAPI_VERSION: Final = "3.0.0"
 _REF: Final = "#/components/schemas/{model}"
@@ -33,7 +33,7 @@ class Header:
 
 _ENVELOPE: Final = (
     Header(envelope.HEADER_RUN_ID, "the run; equals the record key", True),
-    Header(envelope.HEADER_PROVIDER, "the provider grammar (contracts.grammars.Grammar)", True),
+    Header(envelope.HEADER_PROVIDER, "the provider grammar (reasonwire.contracts.grammars.Grammar)", True),
     Header(envelope.HEADER_SEQ, "0-based position of the event within the run (duplicates, gaps)", True),
     Header(envelope.HEADER_THREAD_ID, "the conversation (default: the run id)"),
     Header(envelope.HEADER_TENANT, "namespace of stored state (default: default)"),
@@ -95,12 +95,12 @@ _BINARY: Final = {"type": "string", "format": "binary", "description": "provider
 
 
 def channels(schemas: dict[str, Any]) -> list[Channel]:
-    """Every topic of :mod:`contracts.topics` with its message; fills ``schemas``."""
+    """Every topic of :mod:`reasonwire.contracts.topics` with its message; fills ``schemas``."""
     from ag_ui.core import Event
 
-    from contracts.replay import ReplayReply, ReplayRequest
-    from contracts.run_request import RunRequest
-    from contracts.usage import UsageRecord
+    from reasonwire.contracts.replay import ReplayReply, ReplayRequest
+    from reasonwire.contracts.run_request import RunRequest
+    from reasonwire.contracts.usage import UsageRecord
 
     event = _adapter(TypeAdapter(Event), schemas)
     schemas["AgUiEvent"] = event

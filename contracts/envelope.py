@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Final, NamedTuple
 
 HEADER_PROVIDER: Final = "rw-provider"
-"""Grammar name (:class:`contracts.grammars.Grammar` value); selects the translator."""
+"""Grammar name (:class:`reasonwire.contracts.grammars.Grammar` value); selects the translator."""
 HEADER_RUN_ID: Final = "rw-run-id"
 """The run this event belongs to; equals the record key so one partition owns a run."""
 HEADER_THREAD_ID: Final = "rw-thread-id"

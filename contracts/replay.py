@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.grammars import Grammar
+from reasonwire.contracts.grammars import Grammar
 
 REQUEST_SCHEMA: Literal["reasonwire.replay.request.v1"] = "reasonwire.replay.request.v1"
 REPLY_SCHEMA: Literal["reasonwire.replay.reply.v1"] = "reasonwire.replay.reply.v1"

@@ -6,7 +6,7 @@ and says what differs; the worker creates topics itself only with ``RW_CREATE_TO
 ACLs or a platform team, the plan is what to hand over.
 
 Cleanup policy. Every topic is an event stream (``delete``) except usage: one
-:class:`contracts.usage.UsageRecord` per finished run, keyed by run id, i.e. keyed state —
+:class:`reasonwire.contracts.usage.UsageRecord` per finished run, keyed by run id, i.e. keyed state —
 an at-least-once retry may publish a run's usage twice, and compaction keeps the last one
 per run (``compact,delete``: compacted, and still dropped after the retention).
 
@@ -15,7 +15,7 @@ use — replay reads Redis, not Kafka.
 
 The plan is pure: :func:`plan` builds it from the partition count and replication factor,
 :func:`diff` compares it with what a broker reports. The admin I/O is in
-:mod:`workers.topics_admin`.
+:mod:`reasonwire.workers.topics_admin`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from contracts import topics
+from reasonwire.contracts import topics
 
 VERSION: Final = "reasonwire.topics.v1"
 
@@ -54,7 +54,7 @@ ROLES: Final[tuple[TopicRole, ...]] = (
     TopicRole(topics.REPLAY_REPLIES, "request id", 1 * HOUR_MS, summary="replay replies"),
     TopicRole(topics.REQUESTS, "thread id", 1 * DAY_MS, summary="run requests from the gateway to agent services"),
 )
-"""Every topic of :mod:`contracts.topics`, once (a test holds the two together)."""
+"""Every topic of :mod:`reasonwire.contracts.topics`, once (a test holds the two together)."""
 
 
 @dataclass(frozen=True)

@@ -10,19 +10,19 @@ EVENTS: Final = "reasoning.events.v1"
 EVENTS_PUBLIC: Final = "reasoning.events.public.v1"
 """Audience-filtered AG-UI stream for end-user UIs: never an encrypted value or rawEvent."""
 USAGE: Final = "reasoning.usage.v1"
-"""One :class:`contracts.usage.UsageRecord` per finished run."""
+"""One :class:`reasonwire.contracts.usage.UsageRecord` per finished run."""
 DLQ: Final = "reasoning.dlq.v1"
 """Bad input: the original bytes and headers plus a reason header."""
 
 ALL: Final = (RAW, EVENTS, EVENTS_PUBLIC, USAGE, DLQ)
 
 REPLAY_REQUESTS: Final = "reasoning.replay.requests.v1"
-"""Replay requests (:class:`contracts.replay.ReplayRequest`); key = thread id."""
+"""Replay requests (:class:`reasonwire.contracts.replay.ReplayRequest`); key = thread id."""
 REPLAY_REPLIES: Final = "reasoning.replay.replies.v1"
-"""Replay replies (:class:`contracts.replay.ReplayReply`) unless the request names another topic; key = request id."""
+"""Replay replies (:class:`reasonwire.contracts.replay.ReplayReply`) unless the request names another topic; key = request id."""
 
 REPLAY: Final = (REPLAY_REQUESTS, REPLAY_REPLIES)
 """The replay worker's topics (created by the replay worker, not by the normalizer)."""
 
 REQUESTS: Final = "reasoning.requests.v1"
-"""Run requests (:class:`contracts.run_request.RunRequest`) from the gateway to agent services; key = thread id."""
+"""Run requests (:class:`reasonwire.contracts.run_request.RunRequest`) from the gateway to agent services; key = thread id."""

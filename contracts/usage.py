@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.grammars import Grammar
+from reasonwire.contracts.grammars import Grammar
 
 SCHEMA: Literal["reasonwire.usage.v1"] = "reasonwire.usage.v1"
 

@@ -7,12 +7,12 @@ For each run request on ``reasoning.requests.v1`` (``contracts/run_request.py``,
 published by ``POST /v1/agent`` on the gateway) it does what a real agent service
 does before calling its provider:
 
-1. builds the provider input for the next turn with replay (``workers.replay``):
+1. builds the provider input for the next turn with replay (``reasonwire.workers.replay``):
    the client's AG-UI history plus the thread's stored artefacts — opaque state
    restored only for the provider and model family that issued it (R8);
 2. "calls the provider": instead of the network it answers with a recorded
    provider stream (the Nth ``--script`` for the thread's Nth request), published
-   through the ingress client (``workers.ingress_client``) under the request's run
+   through the ingress client (``reasonwire.workers.ingress_client``) under the request's run
    id, thread id and tenant — so the gateway streams it back to the caller.
 
 ``--requests-log`` appends each provider request body it built (one JSON line), so
@@ -35,17 +35,17 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 from pydantic import ValidationError
 
-from contracts import topics
-from contracts.grammars import Grammar
-from contracts.replay import ReplayTarget
-from contracts.run_request import RunRequest
-from workers.ingress_client import Publisher
-from workers.kafka_security import client_kwargs
-from workers.redis_connect import connect
-from workers.replay import ReplayError, replay
-from workers.replay.sources import read_thread
-from workers.settings import WorkerSettings
-from workers.store import ArtefactStore
+from reasonwire.contracts import topics
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.replay import ReplayTarget
+from reasonwire.contracts.run_request import RunRequest
+from reasonwire.workers.ingress_client import Publisher
+from reasonwire.workers.kafka_security import client_kwargs
+from reasonwire.workers.redis_connect import connect
+from reasonwire.workers.replay import ReplayError, replay
+from reasonwire.workers.replay.sources import read_thread
+from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.store import ArtefactStore
 
 log = logging.getLogger("agent_service")
 
@@ -67,9 +67,9 @@ class AgentService:
             bootstrap_servers=self.settings.kafka_bootstrap_servers,
             group_id="reasonwire-example-agent",
             auto_offset_reset="earliest",
-            **client_kwargs(),  # SASL / TLS from KAFKA_* (workers.kafka_security), as every client of the package
+            **client_kwargs(),  # SASL / TLS from KAFKA_* (reasonwire.workers.kafka_security), as every client of the package
         )
-        redis = connect(self.settings.redis_url)  # a Redis Cluster URL too (workers.redis_connect)
+        redis = connect(self.settings.redis_url)  # a Redis Cluster URL too (reasonwire.workers.redis_connect)
         store = ArtefactStore(redis, artefact_ttl_s=self.settings.artefact_ttl_s, journal_ttl_s=self.settings.journal_ttl_s)
         await consumer.start()
         try:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import orjson
 
-from contracts.grammars import Grammar
-from workers.sse import read_events
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.workers.sse import read_events
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 GRAMMARS: tuple[str, ...] = tuple(g.value for g in Grammar)
@@ -61,6 +61,6 @@ def seeds(grammar: str) -> tuple[tuple[Line, ...], ...]:
 @cache
 def handler_names(grammar: str) -> tuple[str, ...]:
     """The event types a grammar's translator dispatches on (to route payloads by SSE name)."""
-    from workers.translators import translator_class
+    from reasonwire.workers.translators import translator_class
 
     return tuple(sorted(translator_class(grammar).HANDLERS))

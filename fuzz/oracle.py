@@ -38,11 +38,11 @@ from ag_ui.core import Event
 from ag_ui_validate import ValidatorOptions, create_validator
 from pydantic import TypeAdapter, ValidationError
 
-from contracts.policy import AudienceRule, ReasoningVisibility
+from reasonwire.contracts.policy import AudienceRule, ReasoningVisibility
 from fuzz.corpus import Line
-from workers.core.audience import AudienceFilter
-from workers.core.wire import event_json, record_json
-from workers.translators import translator_for
+from reasonwire.workers.core.audience import AudienceFilter
+from reasonwire.workers.core.wire import event_json, record_json
+from reasonwire.workers.translators import translator_for
 
 _REPO = Path(__file__).resolve().parents[1]
 _TERMINAL = ("RUN_FINISHED", "RUN_ERROR")

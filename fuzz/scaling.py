@@ -25,8 +25,8 @@ from typing import Any
 import orjson
 
 from fuzz.corpus import FIXTURES, sse_name
-from workers.core.wire import event_json
-from workers.translators import translator_for
+from reasonwire.workers.core.wire import event_json
+from reasonwire.workers.translators import translator_for
 
 SIZES = (250, 2000)
 TARGET_RATIO = 1.3

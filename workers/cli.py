@@ -8,7 +8,7 @@ without content (P8).
 
 Anything a user can get wrong — arguments, input, paths, settings, a service
 that is down — ends with one line on stderr and an exit status, never a
-traceback (:mod:`workers.errors`). Exit statuses, every command:
+traceback (:mod:`reasonwire.workers.errors`). Exit statuses, every command:
 
 * 0 — done (an interrupted or provider-failed run is still a translation);
 * 1 — ``translate``: an event was malformed (R7: the run ends with ``RUN_ERROR``
@@ -35,16 +35,16 @@ from typing import BinaryIO
 
 import orjson
 
-from contracts.grammars import Grammar
-from workers import ingress_cli
-from workers.core.translator import Translation, Translator
-from workers.core.wire import event_json, record_json
-from workers.gateway import command as gateway_command
-from workers.errors import UserError
-from workers.replay import command as replay_command
-from workers.sse import ProviderEvent, read_events
-from workers.settings import WorkerSettings, settings_help
-from workers.translators import implemented, translator_for
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.workers import ingress_cli
+from reasonwire.workers.core.translator import Translation, Translator
+from reasonwire.workers.core.wire import event_json, record_json
+from reasonwire.workers.gateway import command as gateway_command
+from reasonwire.workers.errors import UserError
+from reasonwire.workers.replay import command as replay_command
+from reasonwire.workers.sse import ProviderEvent, read_events
+from reasonwire.workers.settings import WorkerSettings, settings_help
+from reasonwire.workers.translators import implemented, translator_for
 
 REPEATS_SHOWN = 10
 """``translate`` names this many warnings of one kind line by line, then only counts them (said at the end)."""
@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     gateway.set_defaults(command=gateway_command.run)
     demo = sub.add_parser("demo", help="the whole pipeline on the sample streams (needs Kafka and Redis)", **with_settings)
     demo.set_defaults(command=_demo)
-    from workers import topics_command
+    from reasonwire.workers import topics_command
 
     topics_command.add_topics_arguments(sub.add_parser("topics", help="the topic plan: print it, or create/check the topics"))
     topics_command.add_asyncapi_arguments(sub.add_parser("asyncapi", help="write the AsyncAPI 3.0 document of every topic"))
@@ -127,8 +127,8 @@ def _with_services(body: Callable[[WorkerSettings], int], *, kafka: bool = True,
     lost later, or a path the command cannot write, is still one line (:class:`UserError`)."""
     import asyncio
 
-    from workers.logs import install
-    from workers.preflight import check_services, service_failure
+    from reasonwire.workers.logs import install
+    from reasonwire.workers.preflight import check_services, service_failure
 
     install()  # before any consumer joins a group: its start-up transient is not an ERROR
     settings = WorkerSettings.from_env()
@@ -149,8 +149,8 @@ def _erase(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    from workers.redis_connect import connect
-    from workers.store import ArtefactStore
+    from reasonwire.workers.redis_connect import connect
+    from reasonwire.workers.store import ArtefactStore
 
     def erase(settings: WorkerSettings) -> int:
         async def go() -> dict[str, list[str]]:
@@ -168,19 +168,19 @@ def _erase(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from workers.demo import main as demo_main
+    from reasonwire.workers.demo import main as demo_main
 
     return _with_services(lambda settings: demo_main())
 
 
 def _normalize(args: argparse.Namespace) -> int:
-    from workers.normalize import run  # imported here: `translate` needs no Kafka client
+    from reasonwire.workers.normalize import run  # imported here: `translate` needs no Kafka client
 
     return _with_services(lambda settings: run(settings) or 0)
 
 
 def _replay_worker(args: argparse.Namespace) -> int:
-    from workers.replay_worker import run  # imported here: `replay` needs no Kafka client
+    from reasonwire.workers.replay_worker import run  # imported here: `replay` needs no Kafka client
 
     return _with_services(lambda settings: run(settings) or 0)
 

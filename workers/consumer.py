@@ -15,7 +15,7 @@ tool-result event opens a message; ``TOOL_CALL_START`` adds a call to the
 message its ``parentMessageId`` names, or opens an assistant message for it;
 content and argument deltas append. The start event's ``metadata`` is kept on
 the message or call it opens (reasonwire puts continuity hints there, e.g.
-OpenAI item ids — see :func:`workers.replay.core.metadata_hint`).
+OpenAI item ids — see :func:`reasonwire.workers.replay.core.metadata_hint`).
 
 The rules of the chapter, each where it belongs:
 

@@ -28,17 +28,17 @@ from pathlib import Path
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from contracts import topics
-from contracts.artefacts import ArtefactRecord
-from contracts.grammars import Grammar
-from workers.ingress import RunEnvelope, raw_records
-from workers.kafka_security import client_kwargs
-from workers.normalize import ensure_topics
-from workers.redis_connect import connect
-from workers.settings import WorkerSettings
-from workers.sse import read_events
-from workers.store import ArtefactStore
-from workers.translators import implemented
+from reasonwire.contracts import topics
+from reasonwire.contracts.artefacts import ArtefactRecord
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.workers.ingress import RunEnvelope, raw_records
+from reasonwire.workers.kafka_security import client_kwargs
+from reasonwire.workers.normalize import ensure_topics
+from reasonwire.workers.redis_connect import connect
+from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.sse import read_events
+from reasonwire.workers.store import ArtefactStore
+from reasonwire.workers.translators import implemented
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 SAMPLE_CASES = ("a_reasoning_then_answer", "b_reasoning_then_tool_call")
@@ -64,7 +64,7 @@ def main() -> int:
     partitions = asyncio.run(ensure_topics(settings))
     log_path = Path(tempfile.gettempdir()) / f"reasonwire-demo-worker-{os.getpid()}.log"
     with log_path.open("wb") as log:
-        worker = subprocess.Popen([sys.executable, "-m", "workers.cli", "worker", "normalize"], stdout=log, stderr=subprocess.STDOUT)
+        worker = subprocess.Popen([sys.executable, "-m", "reasonwire.workers.cli", "worker", "normalize"], stdout=log, stderr=subprocess.STDOUT)
     print(f"worker log: {log_path}", file=sys.stderr)
     try:
         _wait_for_assignment(worker, log_path)

@@ -1,6 +1,6 @@
 """Failures a user can cause or fix, with the exit status the command line gives each.
 
-The CLI (``workers.cli``) prints such a failure as one line on stderr and exits
+The CLI (``reasonwire.workers.cli``) prints such a failure as one line on stderr and exits
 with its :attr:`UserError.exit_status` — never a traceback (README "Command
 line" lists the statuses). Everything else is a bug and may show one.
 """

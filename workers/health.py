@@ -1,6 +1,6 @@
 """The worker's health: failure classification, the log throttle, ``/healthz`` + ``/readyz``, metrics.
 
-Adapter code around the pure :mod:`workers.core.backoff` (issue 13, findings 4 and 5):
+Adapter code around the pure :mod:`reasonwire.workers.core.backoff` (issue 13, findings 4 and 5):
 
 * :func:`classify` names a failure by component and exception *type* — never its
   text, which may quote a value (P8) — and says whether it is a known
@@ -36,8 +36,8 @@ import orjson
 from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
-from workers.core.backoff import Failure
-from workers.store import StoreLost
+from reasonwire.workers.core.backoff import Failure
+from reasonwire.workers.store import StoreLost
 
 log = logging.getLogger("reasonwire.health")
 
@@ -63,7 +63,7 @@ def classify(exc: BaseException) -> Failure:
 
 THROTTLED_LOGGERS = ("aiokafka", "kafka", "faststream")
 """Logger name prefixes whose connection errors repeat per attempt (not ours: ours go through
-:class:`~workers.core.backoff.Degradation`)."""
+:class:`~reasonwire.workers.core.backoff.Degradation`)."""
 
 
 class LogThrottle(logging.Filter):
@@ -218,7 +218,7 @@ class HealthMetrics:
     """Counters of failed polls, retries and store losses; consumer lag per partition."""
 
     def __init__(self, telemetry: Any) -> None:
-        from workers.telemetry import vocabulary as v  # telemetry stays optional for pure users
+        from reasonwire.workers.telemetry import vocabulary as v  # telemetry stays optional for pure users
 
         self._v = v
         counter = telemetry.counter

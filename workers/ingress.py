@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from contracts.envelope import (
+from reasonwire.contracts.envelope import (
     HEADER_CONTROL,
     HEADER_ISSUER_SCOPE,
     HEADER_MODEL,
@@ -21,7 +21,7 @@ from contracts.envelope import (
     HEADER_THREAD_ID,
     Control,
 )
-from workers.sse import ProviderEvent
+from reasonwire.workers.sse import ProviderEvent
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def raw_records(run: RunEnvelope, events: Iterable[ProviderEvent], *, end: Contr
 class SSEFramer:
     """Incremental SSE / JSONL framing for a live stream (sans-I/O): lines in, provider events out.
 
-    Unlike :func:`workers.sse.read_events`, which reads a whole capture, this is fed a
+    Unlike :func:`reasonwire.workers.sse.read_events`, which reads a whole capture, this is fed a
     stream as it arrives, so each event is published the moment its frame completes.
     A line is either an SSE field (``event:``/``data:``/``id:``/``retry:``/comment,
     WHATWG framing: an event ends at a blank line) or a bare ``data:`` payload as an

@@ -18,7 +18,7 @@ import sys
 import threading
 from typing import BinaryIO
 
-from contracts.grammars import Grammar
+from reasonwire.contracts.grammars import Grammar
 
 _EOF = b""
 
@@ -61,8 +61,8 @@ def _reader(source: BinaryIO, loop: asyncio.AbstractEventLoop, chunks: asyncio.Q
 async def _ingest(args: argparse.Namespace, source: BinaryIO) -> int:
     from aiokafka.errors import KafkaError
 
-    from workers.ingress_client import IngressError, Publisher
-    from workers.settings import WorkerSettings
+    from reasonwire.workers.ingress_client import IngressError, Publisher
+    from reasonwire.workers.settings import WorkerSettings
 
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()

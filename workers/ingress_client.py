@@ -9,7 +9,7 @@ What the run object does for the caller (the raw contract, ``contracts/envelope.
 
 * numbers ``rw-seq`` from 0 per run and sets every envelope header on every record
   (key = run id, so the run stays on one partition and in order);
-* frames SSE itself (:class:`workers.ingress.SSEFramer`): ``send`` takes raw lines
+* frames SSE itself (:class:`reasonwire.workers.ingress.SSEFramer`): ``send`` takes raw lines
   (``event:``/``data:``/blank) or bare ``data:`` payloads, ``feed`` takes arbitrary
   byte chunks (an HTTP body); one record per provider event, bytes unchanged;
 * ``send``/``feed`` return only when the broker acknowledged the records they
@@ -32,11 +32,11 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from contracts import topics
-from contracts.envelope import Control
-from contracts.grammars import Grammar
-from workers.ingress import IngressError, OutgoingRecord, RunEnvelope, SSEFramer
-from workers.kafka_security import client_kwargs
+from reasonwire.contracts import topics
+from reasonwire.contracts.envelope import Control
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.workers.ingress import IngressError, OutgoingRecord, RunEnvelope, SSEFramer
+from reasonwire.workers.kafka_security import client_kwargs
 
 __all__ = ["IngressError", "Publisher", "RunPublisher"]
 

@@ -1,6 +1,6 @@
 """The normalizer worker: ``reasoning.raw.v1`` → translators → Redis and downstream topics.
 
-A thin FastStream adapter around :class:`workers.core.normalizer.Normalizer`; every
+A thin FastStream adapter around :class:`reasonwire.workers.core.normalizer.Normalizer`; every
 decision lives there. Per poll (a batch of raw records): route and translate
 each record, write artefacts and journal entries in one Redis transaction,
 publish the outputs and wait for the broker's acknowledgement, close the runs
@@ -12,7 +12,7 @@ polls commit in order, so offsets are committed only after a record's outputs
 and Redis writes are done: at least once. An infrastructure failure rewinds
 every partition in flight to its first uncommitted record and retries; bad
 input never raises — it is dead-lettered. Each poll is traced and counted by
-:mod:`workers.telemetry.normalizer`, whose guards keep content out of spans,
+:mod:`reasonwire.workers.telemetry.normalizer`, whose guards keep content out of spans,
 metrics and logs (P8, docs/telemetry.md).
 """
 
@@ -34,22 +34,22 @@ from faststream import AckPolicy, FastStream
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 
-from contracts import topics
-from contracts.policy import PolicyBook
-from contracts.topic_plan import plan
-from workers import topics_admin
-from workers.core.backoff import Backoff, Degradation, Report
-from workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
-from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step
-from workers.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle
-from workers.kafka_security import broker_security, client_kwargs, servers
-from workers.partitions import partition_of
-from workers.redis_connect import connect, redis_wait
-from workers.settings import WorkerSettings
-from workers.store import ArtefactStore, StoreLost
-from workers.telemetry import Telemetry, setup_telemetry
-from workers.telemetry.normalizer import NormalizerTelemetry
-from workers.topics_admin import replication_factor
+from reasonwire.contracts import topics
+from reasonwire.contracts.policy import PolicyBook
+from reasonwire.contracts.topic_plan import plan
+from reasonwire.workers import topics_admin
+from reasonwire.workers.core.backoff import Backoff, Degradation, Report
+from reasonwire.workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
+from reasonwire.workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step
+from reasonwire.workers.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle
+from reasonwire.workers.kafka_security import broker_security, client_kwargs, servers
+from reasonwire.workers.partitions import partition_of
+from reasonwire.workers.redis_connect import connect, redis_wait
+from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.store import ArtefactStore, StoreLost
+from reasonwire.workers.telemetry import Telemetry, setup_telemetry
+from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
+from reasonwire.workers.topics_admin import replication_factor
 
 log = logging.getLogger("reasonwire.normalize")
 
@@ -536,7 +536,7 @@ class NormalizerWorker:
 
     def _warn_repeating(self, kind: Any, line: str, *args: Any) -> None:
         """A WARNING that one record causes: logged once per ``kind`` a minute, the next one saying
-        how many were held back (:class:`~workers.health.RepeatGate`); the metrics count all."""
+        how many were held back (:class:`~reasonwire.workers.health.RepeatGate`); the metrics count all."""
         held = self.repeats.admit(kind)
         if held is not None:
             log.warning(line + "%s", *args, held_back_note(held))
@@ -633,7 +633,7 @@ class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]
 async def ensure_topics(settings: WorkerSettings) -> dict[str, int]:
     """The normalizer's topics as the plan has them (contracts/topic_plan.py: partitions
     ``RW_PARTITIONS``, replicas ``RW_REPLICATION_FACTOR``, retention, cleanup policy): created
-    only with ``RW_CREATE_TOPICS=true`` — else checked, and :class:`~workers.topics_admin.TopicsMissing`
+    only with ``RW_CREATE_TOPICS=true`` — else checked, and :class:`~reasonwire.workers.topics_admin.TopicsMissing`
     names every absent one. Returns every topic's actual partition count."""
     specs = [s for s in plan(settings.partitions, replication_factor()) if s.name in topics.ALL]
     return await topics_admin.ensure(settings.kafka_bootstrap_servers, specs, create=topics_admin.create_enabled())

@@ -16,8 +16,8 @@ import logging
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-from workers.errors import ConfigurationError, ServiceUnreachable
-from workers.settings import WorkerSettings
+from reasonwire.workers.errors import ConfigurationError, ServiceUnreachable
+from reasonwire.workers.settings import WorkerSettings
 
 TIMEOUT_S = 10.0
 """Upper bound of one check; a healthy service answers in milliseconds."""
@@ -28,7 +28,7 @@ async def check_kafka(settings: WorkerSettings, timeout_s: float = TIMEOUT_S) ->
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import KafkaError
 
-    from workers.kafka_security import KafkaSecurityError, client_kwargs, security_failure, witness
+    from reasonwire.workers.kafka_security import KafkaSecurityError, client_kwargs, security_failure, witness
 
     try:
         security = client_kwargs()  # the same SASL/TLS settings as every other client
@@ -52,7 +52,7 @@ async def check_redis(settings: WorkerSettings, timeout_s: float = TIMEOUT_S) ->
     when it answers but refuses the URL's credentials or database)."""
     from redis.exceptions import AuthenticationError, RedisError, ResponseError
 
-    from workers.redis_connect import connect
+    from reasonwire.workers.redis_connect import connect
 
     redis = connect(settings.redis_url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
     try:

@@ -8,7 +8,7 @@ for an ACL user, ``?ssl_ca_certs=…`` and the other connection options), or a c
 * or any ``redis://`` URL with ``RW_REDIS_CLUSTER=1``.
 
 Cluster mode uses redis-py's ``RedisCluster``; the store then groups each poll's writes
-per hash slot (:mod:`workers.redis_slots`).
+per hash slot (:mod:`reasonwire.workers.redis_slots`).
 """
 
 from __future__ import annotations

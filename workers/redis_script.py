@@ -1,6 +1,6 @@
 """A poll's writes (and its journal reads) on one Redis server as one script call each, the epoch checked first.
 
-On one server :class:`workers.store.ArtefactStore` writes a poll (artefacts, thread index,
+On one server :class:`reasonwire.workers.store.ArtefactStore` writes a poll (artefacts, thread index,
 journal entries) and later its ended markers. It did so as a redis-py ``MULTI``/``EXEC``
 pipeline, whose cost on the worker's thread grows per command: redis-py's asyncio
 connection packs every argument in Python and parses a ``QUEUED`` reply per command —
@@ -19,7 +19,7 @@ Where this steps past redis-py's client: no client-side retry (a failed write fa
 poll, which the worker rewinds and redoes after its backoff — a retry here could apply a
 script twice whose reply was lost) and no per-command reply callbacks (the script's only
 reply is 0 or 1). A Redis Cluster keeps the per-slot transactions of
-:mod:`workers.redis_slots` (one script may only touch one slot).
+:mod:`reasonwire.workers.redis_slots` (one script may only touch one slot).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import hiredis
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
-from workers.redis_slots import Op
+from reasonwire.workers.redis_slots import Op
 
 _EPOCH_FIRST = """
 if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end

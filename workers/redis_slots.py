@@ -2,7 +2,7 @@
 
 On one server the store writes a whole poll in one ``MULTI``/``EXEC``. On a cluster a
 transaction may touch one hash slot only, and every key of a thread (or of a run's journal)
-carries one hash tag (:mod:`contracts.store`), so the poll's writes are grouped per slot —
+carries one hash tag (:mod:`reasonwire.contracts.store`), so the poll's writes are grouped per slot —
 in poll order within each slot — and each slot's group is one ``MULTI``/``EXEC``.
 
 The groups of the slots one master serves go to it in one pipeline on one connection:

@@ -1,10 +1,10 @@
 """The replay worker: ``reasoning.replay.requests.v1`` → the thread's artefacts in Redis → a reply.
 
-A thin FastStream adapter around :func:`workers.replay.replay` (contracts:
-:mod:`contracts.replay`). Per request: validate it at the boundary, read the
+A thin FastStream adapter around :func:`reasonwire.workers.replay.replay` (contracts:
+:mod:`reasonwire.contracts.replay`). Per request: validate it at the boundary, read the
 thread's artefacts for the request's tenant only (keys are tenant-namespaced, so
 no request can reach another tenant's state), replay, publish the
-:class:`~contracts.replay.ReplayReply` to ``reply_to`` (default
+:class:`~reasonwire.contracts.replay.ReplayReply` to ``reply_to`` (default
 ``reasoning.replay.replies.v1``) keyed by ``request_id``, then commit. A bad
 request or a replay that fails before the call is answered with ``ok: false``
 and a code, never dropped; only an infrastructure failure (Redis, the broker)
@@ -26,20 +26,20 @@ from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 from pydantic import ValidationError
 
-from contracts import topics
-from contracts.artefacts import ArtefactRecord
-from contracts.replay import ReplayIssue, ReplayReply, ReplayRequest
-from contracts.topic_plan import plan
-from workers import topics_admin
-from workers.health import HealthServer
-from workers.kafka_security import broker_security, servers
-from workers.redis_connect import connect
-from workers.replay import ReplayError, read_history, replay
-from workers.replay.sources import read_thread
-from workers.settings import WorkerSettings
-from workers.store import ArtefactStore
-from workers.telemetry import Telemetry, setup_telemetry
-from workers.telemetry.replay import ReplayTelemetry
+from reasonwire.contracts import topics
+from reasonwire.contracts.artefacts import ArtefactRecord
+from reasonwire.contracts.replay import ReplayIssue, ReplayReply, ReplayRequest
+from reasonwire.contracts.topic_plan import plan
+from reasonwire.workers import topics_admin
+from reasonwire.workers.health import HealthServer
+from reasonwire.workers.kafka_security import broker_security, servers
+from reasonwire.workers.redis_connect import connect
+from reasonwire.workers.replay import ReplayError, read_history, replay
+from reasonwire.workers.replay.sources import read_thread
+from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.store import ArtefactStore
+from reasonwire.workers.telemetry import Telemetry, setup_telemetry
+from reasonwire.workers.telemetry.replay import ReplayTelemetry
 
 log = logging.getLogger("reasonwire.replay")
 
@@ -134,7 +134,7 @@ class ReplayWorker:
 
 async def ensure_replay_topics(settings: WorkerSettings) -> None:
     """The replay topics as the plan has them (contracts/topic_plan.py), created only with
-    ``RW_CREATE_TOPICS=true``; else checked (:class:`~workers.topics_admin.TopicsMissing`)."""
+    ``RW_CREATE_TOPICS=true``; else checked (:class:`~reasonwire.workers.topics_admin.TopicsMissing`)."""
     specs = [s for s in plan(settings.partitions, topics_admin.replication_factor()) if s.name in topics.REPLAY]
     await topics_admin.ensure(settings.kafka_bootstrap_servers, specs, create=topics_admin.create_enabled())
 

@@ -6,7 +6,7 @@ A calling service states what it wants once, portably — a ``reasoning_effort``
 and a summary (visibility) wish, in ``RunAgentInput.forwardedProps.reasoning``
 (:meth:`PortableReasoning.from_run_input`) — and reasonwire turns it into the
 provider's own fields through **one declarative table per grammar**, one row
-per model family (:mod:`workers.replay.family` names families). A row lists,
+per model family (:mod:`reasonwire.workers.replay.family` names families). A row lists,
 for every value the family supports, exactly the request fields it becomes;
 anything not listed is **rejected before the call** with an error naming what
 the family does support (:class:`UnsupportedReasoning`) — never forwarded
@@ -21,7 +21,7 @@ Portable vocabulary:
   reasoning) · ``auto`` · ``concise`` · ``detailed`` (OpenAI's levels); absent =
   the provider's default.
 * ``store``: whether the provider keeps state server-side. Default ``False``:
-  reasonwire replays the history itself (:mod:`workers.replay`), so OpenAI gets
+  reasonwire replays the history itself (:mod:`reasonwire.workers.replay`), so OpenAI gets
   ``store: false`` with ``include: ["reasoning.encrypted_content"]`` and
   Interactions ``store: false``.
 * ``max_output_tokens``: when given, a token budget must fit under it
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from contracts.grammars import Grammar
-from workers.replay.family import model_family
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.workers.replay.family import model_family
 
 
 class Effort(StrEnum):
@@ -494,11 +494,11 @@ def next_request(
     """The next request body for ``target``: model, reasoning configuration, replayed history.
 
     The reasoning settings are checked first (P4), so an unsupported one fails
-    before anything else is done; then :func:`workers.replay.replay` builds the
-    history. Returns the body and the :class:`~workers.replay.ReplayResult`.
+    before anything else is done; then :func:`reasonwire.workers.replay.replay` builds the
+    history. Returns the body and the :class:`~reasonwire.workers.replay.ReplayResult`.
     Tools and sampling settings are the caller's to add.
     """
-    from workers.replay import replay  # the replay package imports nothing from here
+    from reasonwire.workers.replay import replay  # the replay package imports nothing from here
 
     grammar = Grammar(target.grammar)
     fields = reasoning_request(grammar, target.model, PortableReasoning.from_run_input(run_input))

@@ -4,7 +4,7 @@ Every field is one documented variable (docs/operations.md, "Configuration"):
 the env name is ``RW_`` + the field name upper-cased, unless the field names
 another (``validation_alias``, for the services' conventional names). A value
 that cannot be used is refused at start-up with one line naming the variable
-(:class:`~workers.errors.ConfigurationError`), before any service is
+(:class:`~reasonwire.workers.errors.ConfigurationError`), before any service is
 contacted — not as a traceback, and not minutes later on the first record.
 ``reasonwire worker normalize --help`` lists the fields from this model
 (:func:`settings_help`), so the help cannot drift from the code.
@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from contracts.policy import PolicyBook
-from workers.errors import ConfigurationError
+from reasonwire.contracts.policy import PolicyBook
+from reasonwire.workers.errors import ConfigurationError
 
 NonEmpty = Annotated[str, Field(min_length=1)]
 
@@ -105,7 +105,7 @@ class WorkerSettings(BaseSettings):
         if parts.scheme not in REDIS_SCHEMES:
             raise ValueError(f"the URL must start with {', '.join(s + '://' for s in REDIS_SCHEMES)}")
         if parts.scheme.endswith("-cluster"):  # host:port,host:port… (workers/redis_connect.py)
-            from workers.redis_connect import cluster_nodes
+            from reasonwire.workers.redis_connect import cluster_nodes
 
             try:
                 cluster_nodes(value)

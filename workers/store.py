@@ -1,16 +1,16 @@
-"""Redis adapters: the artefact store and the open-run journal (key layout: ``contracts.store``).
+"""Redis adapters: the artefact store and the open-run journal (key layout: ``reasonwire.contracts.store``).
 
-All writes of one poll go in one atomic script call (:mod:`workers.redis_script`): the artefacts,
+All writes of one poll go in one atomic script call (:mod:`reasonwire.workers.redis_script`): the artefacts,
 the thread index and the journal entries land together or not at all, before
 the outputs are published — one round trip per batch of records. Runs that
 ended are closed (journal dropped, ended marker set) in a second atomic write
 after publishing, and the offsets are committed after that.
 
-On a Redis Cluster (``REDIS_URL=redis-cluster://…``, :mod:`workers.redis_connect`) a
+On a Redis Cluster (``REDIS_URL=redis-cluster://…``, :mod:`reasonwire.workers.redis_connect`) a
 transaction may touch one hash slot only: the same writes go as one transaction per slot
 (every key of a thread shares one, a run's journal has its own), in poll order within a
 slot, and a batch that ends a run waits for a replica's acknowledgement (``WAIT``) before
-its terminal event is published (:mod:`workers.redis_slots`).
+its terminal event is published (:mod:`reasonwire.workers.redis_slots`).
 
 Store loss (issue 13, finding 5). A Redis that restarts without its data (no
 persistence, ``SHUTDOWN NOSAVE`` without AOF, ``FLUSHALL``, a failover to an
@@ -36,12 +36,12 @@ from collections.abc import Iterable, Sequence
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from contracts.artefacts import ArtefactRecord
-from contracts.store import artefact_key, artefact_slot, ended_key, journal_key, thread_index_key, thread_runs_key
-from workers.core.normalizer import JournalEntry, RunKey, Step
-from workers.core.wire import record_json
-from workers.redis_script import READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
-from workers.redis_slots import Op, SlotWriter, queue
+from reasonwire.contracts.artefacts import ArtefactRecord
+from reasonwire.contracts.store import artefact_key, artefact_slot, ended_key, journal_key, thread_index_key, thread_runs_key
+from reasonwire.workers.core.normalizer import JournalEntry, RunKey, Step
+from reasonwire.workers.core.wire import record_json
+from reasonwire.workers.redis_script import READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
+from reasonwire.workers.redis_slots import Op, SlotWriter, queue
 
 _SSE_SEPARATOR = b"\x00"
 
@@ -80,11 +80,11 @@ class ArtefactStore:
         self.journal_ttl_s = journal_ttl_s
         self.slot_writer = SlotWriter(redis, wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms) if isinstance(redis, RedisCluster) else None
         """On a Redis Cluster: the poll's writes as one transaction per hash slot, then ``WAIT``
-        (:mod:`workers.redis_slots`); ``None`` on one server (one script call per poll)."""
+        (:mod:`reasonwire.workers.redis_slots`); ``None`` on one server (one script call per poll)."""
         self._writes = ServerScript(redis, WRITE_OPS)  # type: ignore[arg-type]
         self._reads = ServerScript(redis, READ_HASHES)  # type: ignore[arg-type]
         """On one server: a poll's writes, and its journal reads, as one ``EVALSHA`` each that
-        checks the epoch first (:mod:`workers.redis_script`)."""
+        checks the epoch first (:mod:`reasonwire.workers.redis_script`)."""
         self.epoch: str | None = None
         """The epoch id this process works in; ``None`` (never claimed): no checks (tools, tests)."""
         self.lost_ms: int | None = None

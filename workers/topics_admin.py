@@ -1,6 +1,6 @@
 """The topic plan against a real cluster: read what exists, create what is missing (thin I/O).
 
-Decisions live in :mod:`contracts.topic_plan` (the plan, the diff); this module only talks to
+Decisions live in :mod:`reasonwire.contracts.topic_plan` (the plan, the diff); this module only talks to
 the broker's admin API. ``reasonwire topics apply`` and the worker's start-up (with
 ``RW_CREATE_TOPICS=true``) create; everything else only checks.
 """
@@ -17,8 +17,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 
-from contracts.topic_plan import ActualTopic, Difference, TopicSpec, diff, missing
-from workers.kafka_security import client_kwargs
+from reasonwire.contracts.topic_plan import ActualTopic, Difference, TopicSpec, diff, missing
+from reasonwire.workers.kafka_security import client_kwargs
 
 
 class TopicsMissing(RuntimeError):
@@ -48,7 +48,7 @@ def replication_factor(env: Mapping[str, str] | None = None) -> int:
 
 
 def admin_client(bootstrap_servers: str) -> AIOKafkaAdminClient:
-    """The admin client, secured like every other client (:func:`workers.kafka_security.client_kwargs`)."""
+    """The admin client, secured like every other client (:func:`reasonwire.workers.kafka_security.client_kwargs`)."""
     return AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, **client_kwargs())
 
 
@@ -126,10 +126,10 @@ async def ensure(bootstrap_servers: str, specs: Sequence[TopicSpec], *, create: 
 def start_failures(logger: logging.Logger) -> Iterator[None]:
     """A start-up the settings doomed — topics missing, SASL refused, TLS failed, no broker —
     ends with one line naming the cause (exit 2 for settings, 3 for an unreachable service),
-    not a traceback: :func:`workers.kafka_security.describe_failure` says which."""
+    not a traceback: :func:`reasonwire.workers.kafka_security.describe_failure` says which."""
     from aiokafka.errors import KafkaConnectionError
 
-    from workers.kafka_security import KafkaSecurityError, describe_failure, witness
+    from reasonwire.workers.kafka_security import KafkaSecurityError, describe_failure, witness
 
     with witness() as seen:
         try:

@@ -1,10 +1,10 @@
 """``reasonwire topics plan|apply`` and ``reasonwire asyncapi`` (issue 16).
 
-``topics plan`` prints the plan (:mod:`contracts.topic_plan`) for ``RW_PARTITIONS`` partitions
+``topics plan`` prints the plan (:mod:`reasonwire.contracts.topic_plan`) for ``RW_PARTITIONS`` partitions
 and ``RW_REPLICATION_FACTOR`` replicas, needing no broker. ``topics apply`` creates the missing
 topics and lists every remaining difference, one line each (exit 1 when any is left);
 ``--check`` creates nothing. ``asyncapi`` writes the AsyncAPI 3.0 document
-(:mod:`contracts.asyncapi`) to stdout or ``--output``.
+(:mod:`reasonwire.contracts.asyncapi`) to stdout or ``--output``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from contracts import topic_plan
+from reasonwire.contracts import topic_plan
 
 
 def _int_env(name: str, default: int) -> int:
@@ -55,8 +55,8 @@ def _plan_command(args: argparse.Namespace) -> int:
 
 
 def _apply_command(args: argparse.Namespace) -> int:
-    from workers.kafka_security import KafkaSecurityError, describe_failure, witness
-    from workers.topics_admin import apply
+    from reasonwire.workers.kafka_security import KafkaSecurityError, describe_failure, witness
+    from reasonwire.workers.topics_admin import apply
 
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
     try:
@@ -81,7 +81,7 @@ def _apply_command(args: argparse.Namespace) -> int:
 def _asyncapi_command(args: argparse.Namespace) -> int:
     from importlib.metadata import PackageNotFoundError, version
 
-    from contracts.asyncapi import document
+    from reasonwire.contracts.asyncapi import document
 
     try:
         ours = version("reasonwire")

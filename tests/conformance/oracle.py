@@ -19,11 +19,11 @@ from ag_ui.core import Event
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 from pydantic import TypeAdapter
 
-from contracts.artefacts import ArtefactRecord
-from workers.core.translator import Translator, TranslatorWarning
-from workers.core.wire import event_json
-from workers.sse import read_events
-from workers.translators import translator_for
+from reasonwire.contracts.artefacts import ArtefactRecord
+from reasonwire.workers.core.translator import Translator, TranslatorWarning
+from reasonwire.workers.core.wire import event_json
+from reasonwire.workers.sse import read_events
+from reasonwire.workers.translators import translator_for
 
 LOCAL_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 """Every sample stream the tests and ``make run`` read: ``<grammar>/<case>.jsonl`` beside its

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from contracts.grammars import Grammar
+from reasonwire.contracts.grammars import Grammar
 from tests.conformance.oracle import assert_matches_expected, assert_valid_stream, fixture_paths, translate_file
-from workers.translators import implemented
+from reasonwire.workers.translators import implemented
 
 FIXTURES = [p for p in fixture_paths() if Grammar(p.parent.name) in implemented()]
 

@@ -29,13 +29,13 @@ import pytest_asyncio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from redis.asyncio import Redis
 
-from contracts import topics
+from reasonwire.contracts import topics
 from tests.integration.service_choice import ServiceChoiceError, choose, docker_answers
-from workers.ingress import OutgoingRecord
-from workers.normalize import ensure_topics
-from workers.redis_connect import connect
-from workers.settings import WorkerSettings
-from workers.store import EPOCH_KEY, ArtefactStore
+from reasonwire.workers.ingress import OutgoingRecord
+from reasonwire.workers.normalize import ensure_topics
+from reasonwire.workers.redis_connect import connect
+from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.store import EPOCH_KEY, ArtefactStore
 
 ROOT = Path(__file__).resolve().parents[2]
 # Topics are created by a worker only with RW_CREATE_TOPICS=true (issue 16): the tests' own
@@ -177,7 +177,7 @@ class WorkerProcess:
         self.log = log
         self._out = log.open("wb")
         self.kind = kind
-        cmd = [sys.executable, "-m", "workers.cli", "worker", kind]
+        cmd = [sys.executable, "-m", "reasonwire.workers.cli", "worker", kind]
         self.proc = subprocess.Popen(cmd, env=env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
 
     def wait_assigned(self, timeout: float = 60) -> None:

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from tests.integration.conftest import ROOT
-from workers.gateway.keys import hash_key
-from workers.settings import WorkerSettings
+from reasonwire.workers.gateway.keys import hash_key
+from reasonwire.workers.settings import WorkerSettings
 
 KEYS = {
     "acme-public": ("acme", ["public"]),
@@ -39,7 +39,9 @@ def free_port() -> int:
 
 
 class GatewayProcess:
-    def __init__(self, settings: WorkerSettings, log: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, settings: WorkerSettings, log: Path, extra_env: dict[str, str] | None = None, command: list[str] | None = None, cwd: Path = ROOT
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {
@@ -54,8 +56,8 @@ class GatewayProcess:
         }
         self.log = log
         self._out = log.open("wb")
-        cmd = [sys.executable, "-m", "workers.cli", "gateway", "--port", str(self.port)]
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
+        cmd = [*(command or [sys.executable, "-m", "reasonwire.workers.cli"]), "gateway", "--port", str(self.port)]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self._out, stderr=subprocess.STDOUT, cwd=cwd)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import Collector, WorkerProcess, send
-from workers.ingress import RunEnvelope, raw_records
-from workers.settings import WorkerSettings
-from workers.sse import read_events
+from reasonwire.workers.ingress import RunEnvelope, raw_records
+from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.sse import read_events
 
 pytestmark = pytest.mark.integration
 

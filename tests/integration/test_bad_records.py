@@ -26,17 +26,17 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from contracts import topics
-from contracts.envelope import Control
-from contracts.grammars import Grammar
+from reasonwire.contracts import topics
+from reasonwire.contracts.envelope import Control
+from reasonwire.contracts.grammars import Grammar
 from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream
-from workers.core import normalizer as core
-from workers.ingress import OutgoingRecord, RunEnvelope, raw_records
-from workers.normalize import NormalizerWorker, create_app
-from workers.settings import WorkerSettings
-from workers.sse import read_events
-from workers.telemetry import setup_telemetry
-from workers.translators import translator_for
+from reasonwire.workers.core import normalizer as core
+from reasonwire.workers.ingress import OutgoingRecord, RunEnvelope, raw_records
+from reasonwire.workers.normalize import NormalizerWorker, create_app
+from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.sse import read_events
+from reasonwire.workers.telemetry import setup_telemetry
+from reasonwire.workers.translators import translator_for
 
 pytestmark = pytest.mark.integration
 

@@ -32,16 +32,16 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, ResponseError
 
-from contracts import topic_plan, topics
-from contracts.store import journal_key, thread_index_key
+from reasonwire.contracts import topic_plan, topics
+from reasonwire.contracts.store import journal_key, thread_index_key
 from tests.integration.conftest import ROOT, WorkerProcess
 from tests.integration.test_normalizer_worker import FIXTURES, _assert_nothing_lost, _half_then_rest, _offline, _run
-from workers.core.normalizer import JournalEntry, RunKey, Step
-from workers.redis_connect import connect
-from workers.redis_slots import SlotWriter, slot_of
-from workers.settings import WorkerSettings
-from workers.store import ArtefactStore
-from workers.topics_admin import apply
+from reasonwire.workers.core.normalizer import JournalEntry, RunKey, Step
+from reasonwire.workers.redis_connect import connect
+from reasonwire.workers.redis_slots import SlotWriter, slot_of
+from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.store import ArtefactStore
+from reasonwire.workers.topics_admin import apply
 
 REDIS_CLUSTER = os.environ.get("RW_TEST_REDIS_CLUSTER")
 KAFKA_CLUSTER = os.environ.get("RW_TEST_KAFKA_CLUSTER")

@@ -12,12 +12,12 @@ import pytest
 
 from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream, translate_file
 from tests.integration.conftest import Collector, send
-from workers.core.normalizer import RawRecord, Step
-from workers.ingress import RunEnvelope, raw_records
-from workers.normalize import create_app
-from workers.settings import WorkerSettings
-from workers.sse import read_events
-from workers.telemetry import setup_telemetry
+from reasonwire.workers.core.normalizer import RawRecord, Step
+from reasonwire.workers.ingress import RunEnvelope, raw_records
+from reasonwire.workers.normalize import create_app
+from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.sse import read_events
+from reasonwire.workers.telemetry import setup_telemetry
 
 pytestmark = pytest.mark.integration
 

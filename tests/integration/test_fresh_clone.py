@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from contracts.grammars import Grammar
-from workers.settings import WorkerSettings
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.workers.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_CASES = ("a_reasoning_then_answer", "b_reasoning_then_tool_call")
@@ -64,7 +64,7 @@ def test_the_clone_imports_its_own_code_not_the_parents(clone: Path, primed_grou
     env, make_args = clone_env(clone, primed_group, tmp_path / "state")
     if not make_args:
         pytest.skip("the clone installs its own .venv")
-    out = subprocess.run([sys.executable, "-c", "import workers.demo as d; print(d.__file__)"], cwd=clone, env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", "import reasonwire.workers.demo as d; print(d.__file__)"], cwd=clone, env=env, capture_output=True, text=True, check=True)
     assert Path(out.stdout.strip()).is_relative_to(clone)
 
 

@@ -12,11 +12,11 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from contracts import topics
+from reasonwire.contracts import topics
 from tests.conformance.oracle import translate_file
 from tests.integration.gateway_support import GatewayProcess, auth, gateway, read_sse  # noqa: F401 - fixture
-from workers.core.audience import AudienceFilter
-from workers.ingress_client import Publisher
+from reasonwire.workers.core.audience import AudienceFilter
+from reasonwire.workers.ingress_client import Publisher
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,7 @@ def _offline(run_id: str, thread_id: str) -> list[dict[str, Any]]:
 
 
 def _public(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from contracts.policy import Audience, RetentionPolicy
+    from reasonwire.contracts.policy import Audience, RetentionPolicy
 
     audience = AudienceFilter(RetentionPolicy().rule(Audience.PUBLIC))
     return [kept for e in events if (kept := audience.admit(e)) is not None]
@@ -206,7 +206,7 @@ async def _raw_values(bootstrap: str, run_id: str, count: int) -> list[bytes]:
 
 async def test_the_partition_the_gateway_reads_is_the_one_the_worker_wrote_the_run_to(spawn_worker: Any, primed_group: Any) -> None:
     """Fan-out: murmur2(run id) picks one partition; the gateway reads only that one."""
-    from workers.gateway.fanout import partition_for
+    from reasonwire.workers.gateway.fanout import partition_for
 
     worker = spawn_worker()
     worker.wait_assigned()
@@ -254,7 +254,7 @@ async def test_post_agent_refuses_without_a_key_a_bad_body_another_tenants_threa
 
 
 async def test_post_agent_publishes_a_versioned_run_request_keyed_by_thread(gateway: GatewayProcess, primed_group: Any) -> None:
-    from contracts.run_request import RunRequest
+    from reasonwire.contracts.run_request import RunRequest
 
     run_id, thread_id = _ids("gw-agent-request")
     body = {"threadId": thread_id, "runId": run_id, "messages": [{"id": "u1", "role": "user", "content": "hi"}], "state": {}, "tools": [], "context": [], "forwardedProps": {"x": 1}}
@@ -318,7 +318,7 @@ def test_gateway_with_an_unreachable_broker_says_so_in_one_line_without_a_traceb
     import sys
 
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "RW_GATEWAY_KEYS": '{"keys": []}'}
-    done = subprocess.run([sys.executable, "-m", "workers.cli", "gateway", "--port", "1"], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "reasonwire.workers.cli", "gateway", "--port", "1"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert "reasonwire: cannot reach Kafka at KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1" in done.stderr
     assert "Traceback" not in done.stderr

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from contracts import topics
+from reasonwire.contracts import topics
 from tests.conformance.oracle import assert_valid_stream, translate_file
 from tests.integration.conftest import Collector
 from tests.signals import ctrl_c_as_in_a_terminal
-from workers.ingress_client import IngressError, Publisher
+from reasonwire.workers.ingress_client import IngressError, Publisher
 
 pytestmark = pytest.mark.integration
 
@@ -135,7 +135,7 @@ async def test_ingest_command_publishes_lines_of_an_open_pipe_before_eof(primed_
     lines = CAPTURE.read_text().splitlines()
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": primed_group.kafka_bootstrap_servers}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "workers.cli", "ingest", "--provider", "anthropic-messages", "--run-id", run_id,
+        sys.executable, "-m", "reasonwire.workers.cli", "ingest", "--provider", "anthropic-messages", "--run-id", run_id,
         "--thread-id", thread_id, "--tenant", "acme", "-",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )
@@ -159,7 +159,7 @@ async def test_ingest_command_publishes_lines_of_an_open_pipe_before_eof(primed_
 
 
 def test_ingest_command_names_an_unreadable_file_in_one_line(tmp_path: Path) -> None:
-    from workers.cli import main
+    from reasonwire.workers.cli import main
 
     assert main(["ingest", "--provider", "anthropic-messages", "--run-id", "r", str(tmp_path / "missing.sse")]) == 2
 
@@ -172,7 +172,7 @@ async def test_ingest_command_interrupted_publishes_abort(primed_group: Any) -> 
     lines = CAPTURE.read_text().splitlines()
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": primed_group.kafka_bootstrap_servers}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "workers.cli", "ingest", "--provider", "anthropic-messages", "--run-id", run_id, "--thread-id", thread_id,
+        sys.executable, "-m", "reasonwire.workers.cli", "ingest", "--provider", "anthropic-messages", "--run-id", run_id, "--thread-id", thread_id,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
         preexec_fn=ctrl_c_as_in_a_terminal,
     )

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from contracts.grammars import Grammar
+from reasonwire.contracts.grammars import Grammar
 from tests.conformance.oracle import assert_valid_stream, fixture_paths, translate_file
 from tests.integration.conftest import Collector, send
-from workers.ingress import OutgoingRecord, RunEnvelope, raw_records
-from workers.sse import read_events
-from workers.store import ArtefactStore
-from workers.translators import implemented
+from reasonwire.workers.ingress import OutgoingRecord, RunEnvelope, raw_records
+from reasonwire.workers.sse import read_events
+from reasonwire.workers.store import ArtefactStore
+from reasonwire.workers.translators import implemented
 
 pytestmark = pytest.mark.integration
 

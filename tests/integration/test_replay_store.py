@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from contracts.grammars import Grammar
-from contracts.replay import ReplayTarget
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.replay import ReplayTarget
 from tests.conformance.oracle import LOCAL_FIXTURES
 from tests.unit.test_replay_roundtrip import (
     client_history,
@@ -25,10 +25,10 @@ from tests.unit.test_replay_roundtrip import (
     translate,
     user_text,
 )
-from workers.core.normalizer import RunKey, Step
-from workers.replay import ProviderWouldReject, replay
-from workers.replay.sources import read_thread
-from workers.store import ArtefactStore
+from reasonwire.workers.core.normalizer import RunKey, Step
+from reasonwire.workers.replay import ProviderWouldReject, replay
+from reasonwire.workers.replay.sources import read_thread
+from reasonwire.workers.store import ArtefactStore
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,9 @@ import pytest
 import pytest_asyncio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from contracts import topics
-from contracts.grammars import Grammar
-from contracts.replay import ReplayReply, ReplayRequest, ReplayTarget
+from reasonwire.contracts import topics
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.replay import ReplayReply, ReplayRequest, ReplayTarget
 from tests.conformance.oracle import assert_valid_stream
 from tests.integration.conftest import Collector, WorkerProcess, send
 from tests.unit.test_replay_roundtrip import (
@@ -35,11 +35,11 @@ from tests.unit.test_replay_roundtrip import (
     tool_results,
     user_text,
 )
-from workers.consumer import AgUiConsumer
-from workers.ingress import RunEnvelope, raw_records
-from workers.replay import FRAGMENT_KEY
-from workers.settings import WorkerSettings
-from workers.sse import read_events
+from reasonwire.workers.consumer import AgUiConsumer
+from reasonwire.workers.ingress import RunEnvelope, raw_records
+from reasonwire.workers.replay import FRAGMENT_KEY
+from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.sse import read_events
 
 pytestmark = pytest.mark.integration
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from contracts.store import artefact_key, thread_index_key
+from reasonwire.contracts.store import artefact_key, thread_index_key
 from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream
 from tests.integration.conftest import ROOT, Collector, send
-from workers.ingress import RunEnvelope, raw_records
-from workers.sse import read_events
+from reasonwire.workers.ingress import RunEnvelope, raw_records
+from reasonwire.workers.sse import read_events
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,7 @@ async def test_tenant_ttl_public_stream_and_erase(spawn_worker: Any, producer: A
     # P7: erase removes a thread's stored state and says what it removed
     run = runs["short"]
     done = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "erase", "--tenant", "short", "--thread", run.thread_id],
+        [sys.executable, "-m", "reasonwire.workers.cli", "erase", "--tenant", "short", "--thread", run.thread_id],
         capture_output=True, text=True, cwd=ROOT, env={"REDIS_URL": services["REDIS_URL"], "PATH": "/usr/bin:/bin"}, check=True,
     )
     report = json.loads(done.stdout)

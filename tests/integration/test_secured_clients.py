@@ -3,7 +3,7 @@ Redis over TLS with an ACL user; wrong credentials are one clear line.
 
 The broker and Redis are started by the test (tests/integration/secure_services.py) with
 certificates made now; the settings reach the clients only through
-:func:`workers.kafka_security.client_kwargs` and ``REDIS_URL``."""
+:func:`reasonwire.workers.kafka_security.client_kwargs` and ``REDIS_URL``."""
 
 from __future__ import annotations
 
@@ -22,14 +22,14 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from redis.asyncio import Redis
 
-from contracts import topics
+from reasonwire.contracts import topics
 from tests.conformance.oracle import fixture_paths
 from tests.integration.secure_services import SecureServices, secure_services
-from workers.ingress import RunEnvelope
-from workers.ingress_client import Publisher
-from workers.kafka_security import KafkaSecurity, client_kwargs, describe_failure
-from workers.redis_connect import connect
-from workers.store import ArtefactStore
+from reasonwire.workers.ingress import RunEnvelope
+from reasonwire.workers.ingress_client import Publisher
+from reasonwire.workers.kafka_security import KafkaSecurity, client_kwargs, describe_failure
+from reasonwire.workers.redis_connect import connect
+from reasonwire.workers.store import ArtefactStore
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureServices]
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "workers.cli", *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=180)
+    return subprocess.run([sys.executable, "-m", "reasonwire.workers.cli", *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=180)
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
@@ -119,7 +119,7 @@ async def test_worker_end_to_end_over_sasl_ssl_with_tls_redis_acl_user(secure: S
         monkeypatch.setenv(name, value)
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "workers.cli", "worker", "normalize"], env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "-m", "reasonwire.workers.cli", "worker", "normalize"], env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         while "assigned to partitions" not in log.read_text(errors="replace"):
@@ -160,7 +160,7 @@ async def test_worker_end_to_end_over_sasl_ssl_with_tls_redis_acl_user(secure: S
 
 def test_worker_with_a_wrong_kafka_password_says_so_in_one_line(secure: SecureServices) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "worker", "normalize"],
+        [sys.executable, "-m", "reasonwire.workers.cli", "worker", "normalize"],
         env={**os.environ, **_worker_env(secure, KAFKA_SASL_PASSWORD="wrong-password")},
         capture_output=True,
         text=True,
@@ -190,7 +190,7 @@ def test_replay_worker_without_its_topics_names_them_in_one_line(secure: SecureS
     asyncio.run(delete())
     time.sleep(2)
     out = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "worker", "replay"], env={**os.environ, **_worker_env(secure, RW_CREATE_TOPICS="")}, capture_output=True, text=True, timeout=180
+        [sys.executable, "-m", "reasonwire.workers.cli", "worker", "replay"], env={**os.environ, **_worker_env(secure, RW_CREATE_TOPICS="")}, capture_output=True, text=True, timeout=180
     )
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
     text = out.stdout + out.stderr

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from contracts.artefacts import ArtefactRecord, ArtefactSubtype, Issuer, NativeBlock
-from contracts.grammars import Grammar
-from workers.core.normalizer import JournalEntry, RunKey, Step
-from workers.store import ArtefactStore
+from reasonwire.contracts.artefacts import ArtefactRecord, ArtefactSubtype, Issuer, NativeBlock
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.workers.core.normalizer import JournalEntry, RunKey, Step
+from reasonwire.workers.store import ArtefactStore
 
 pytestmark = pytest.mark.integration
 

@@ -17,15 +17,15 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from contracts.store import journal_key
+from reasonwire.contracts.store import journal_key
 from tests.integration.conftest import Collector, fresh_store_epoch, send
-from workers.core.normalizer import JournalEntry, RunKey, Step
-from workers.ingress import RunEnvelope, raw_records
-from workers.normalize import create_app
-from workers.settings import WorkerSettings
-from workers.sse import read_events
-from workers.store import EPOCH_KEY, ArtefactStore, StoreLost
-from workers.telemetry import setup_telemetry
+from reasonwire.workers.core.normalizer import JournalEntry, RunKey, Step
+from reasonwire.workers.ingress import RunEnvelope, raw_records
+from reasonwire.workers.normalize import create_app
+from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.sse import read_events
+from reasonwire.workers.store import EPOCH_KEY, ArtefactStore, StoreLost
+from reasonwire.workers.telemetry import setup_telemetry
 
 pytestmark = pytest.mark.integration
 

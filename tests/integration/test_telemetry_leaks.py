@@ -1,6 +1,6 @@
 """P8 on the real broker and Redis: nothing opaque (nor readable reasoning) escapes into telemetry.
 
-The real FastStream app (``workers.normalize.create_app``) runs in this process
+The real FastStream app (``reasonwire.workers.normalize.create_app``) runs in this process
 against the project's Kafka and Redis, with an in-memory span exporter, an
 in-memory metric reader and log capture on every handler FastStream and our
 code log to, at DEBUG. Every fixture is sent through it, plus a record with
@@ -32,17 +32,17 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from contracts.grammars import Grammar
+from reasonwire.contracts.grammars import Grammar
 from tests.conformance.oracle import fixture_paths, translate_file
 from tests.integration.conftest import Collector, send
-from workers.core.normalizer import Step
-from workers.ingress import OutgoingRecord, RunEnvelope, raw_records
-from workers.normalize import create_app
-from workers.settings import WorkerSettings
-from workers.sse import read_events
-from workers.telemetry import setup_telemetry
-from workers.telemetry.registry import SLICE, STRIDE
-from workers.translators import implemented
+from reasonwire.workers.core.normalizer import Step
+from reasonwire.workers.ingress import OutgoingRecord, RunEnvelope, raw_records
+from reasonwire.workers.normalize import create_app
+from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.sse import read_events
+from reasonwire.workers.telemetry import setup_telemetry
+from reasonwire.workers.telemetry.registry import SLICE, STRIDE
+from reasonwire.workers.translators import implemented
 
 pytestmark = pytest.mark.integration
 

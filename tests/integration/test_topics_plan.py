@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
-from contracts import topic_plan
-from contracts.topic_plan import Difference
-from workers.topics_admin import TopicsMissing, apply, ensure
+from reasonwire.contracts import topic_plan
+from reasonwire.contracts.topic_plan import Difference
+from reasonwire.workers.topics_admin import TopicsMissing, apply, ensure
 
 
 def _scratch_plan(partitions: int = 3) -> list[topic_plan.TopicSpec]:
@@ -56,7 +56,7 @@ async def test_worker_start_up_without_create_says_which_topics_are_missing(serv
 
 def test_cli_topics_apply_check_reports_one_line_per_difference(services: dict[str, str]) -> None:
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": services["KAFKA_BOOTSTRAP_SERVERS"], "RW_PARTITIONS": "97"}
-    out = subprocess.run([sys.executable, "-m", "workers.cli", "topics", "apply", "--check"], env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "reasonwire.workers.cli", "topics", "apply", "--check"], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 1, out.stderr
     lines = out.stdout.splitlines()
     assert lines and all(line.startswith("differs reasoning.") for line in lines)
@@ -67,6 +67,6 @@ def test_cli_topics_apply_check_reports_one_line_per_difference(services: dict[s
 
 def test_cli_topics_apply_unreachable_broker_is_one_line() -> None:
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
-    out = subprocess.run([sys.executable, "-m", "workers.cli", "topics", "apply"], env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "reasonwire.workers.cli", "topics", "apply"], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 3
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr

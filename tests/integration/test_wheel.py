@@ -1,5 +1,8 @@
 """The distribution a release would publish: `python -m build` makes a wheel that carries the
-licence and the typing markers, and installed into a clean venv, `reasonwire translate` runs.
+licence, the typing markers and the viewer page under one import package, ``reasonwire``; installed
+into a clean venv, `reasonwire translate` runs, the public API imports as ``from reasonwire import …``,
+site-packages gains no generic top-level ``workers`` or ``contracts``, and a gateway started from
+the venv serves its viewer page (issue 23 items 1 and 13).
 
 Both the isolated build env and the clean venv install from a wheelhouse kept in
 ``~/.cache/reasonwire/wheelhouse`` (``RW_CACHE``) with ``--no-index``; only when it lacks
@@ -21,7 +24,11 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+
+from reasonwire.workers.settings import WorkerSettings
+from tests.integration.gateway_support import GatewayProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "tests" / "fixtures" / "anthropic-messages" / "c_interleaved_thinking_tool_calls.jsonl"
@@ -71,8 +78,9 @@ def test_wheel_carries_licence_typing_markers_and_metadata(wheel: Path) -> None:
         meta = whl.read(metadata).decode()
         [licence] = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
         assert "Apache License" in whl.read(licence).decode()
-    assert {"workers/py.typed", "contracts/py.typed"} <= names
-    assert not any(n.startswith("tests/") for n in names)
+    assert {"reasonwire/py.typed", "reasonwire/workers/py.typed", "reasonwire/contracts/py.typed"} <= names
+    assert "reasonwire/workers/gateway/viewer.html" in names
+    assert {n.split("/")[0] for n in names if not n.startswith("reasonwire-")} == {"reasonwire"}
     assert "License-Expression: Apache-2.0" in meta.splitlines()
     assert "Requires-Dist: ag-ui-protocol<1.1,>=1.0.0" in meta.splitlines()
 
@@ -87,5 +95,23 @@ def test_installed_wheel_translates_a_sample_in_a_clean_venv(wheel: Path, tmp_pa
     kinds = [json.loads(line)["type"] for line in out.stdout.splitlines()]
     assert kinds[0] == "RUN_STARTED" and kinds[-1] == "RUN_FINISHED"
     assert "REASONING_ENCRYPTED_VALUE" in kinds
-    where = run(venv / "bin" / "python", "-c", "import workers; print(workers.__file__)", cwd=tmp_path).stdout
+    where = run(venv / "bin" / "python", "-c", "import reasonwire.workers; print(reasonwire.workers.__file__)", cwd=tmp_path).stdout
     assert where.startswith(str(venv))
+    api = "from reasonwire import translator_for, replay, ReplayTarget, AgUiConsumer, Publisher; print(translator_for('openai-responses').__class__.__name__)"
+    assert run(venv / "bin" / "python", "-c", api, cwd=tmp_path).stdout.strip() == "OpenAIResponsesTranslator"
+    [site] = (venv / "lib").glob("python3*/site-packages")
+    assert not (site / "workers").exists() and not (site / "contracts").exists()
+
+
+def test_gateway_from_the_installed_wheel_serves_the_viewer(wheel: Path, tmp_path: Path, primed_group: WorkerSettings) -> None:
+    """Issue 23 item 1: the page ships in the wheel; `/v1/viewer` answered 500 FileNotFoundError before."""
+    venv = tmp_path / "venv"
+    run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
+    offline_first([venv / "bin" / "python", "-m", "pip", "install", "--quiet", wheel], [wheel], cwd=tmp_path)
+    gateway = GatewayProcess(primed_group, tmp_path / "gateway.log", command=[str(venv / "bin" / "reasonwire")], cwd=tmp_path)
+    try:
+        page = httpx.get(gateway.url + "/v1/viewer", timeout=10)
+    finally:
+        gateway.stop()
+    assert page.status_code == 200, page.text[:500]
+    assert page.headers["content-type"].startswith("text/html") and "<html" in page.text.lower()

@@ -172,7 +172,7 @@ def test_events_after_the_end_are_warned_and_ignored() -> None:
 
 
 def test_abort_closes_the_run_as_interrupted() -> None:
-    from workers.translators import translator_for
+    from reasonwire.workers.translators import translator_for
 
     t = translator_for(GRAMMAR, run_id="run-1", thread_id="thread-1")
     lines = _stream(thinking=["partial"], signature="S", text=["b"], args=["{}"])

@@ -12,9 +12,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from contracts import envelope, topics
-from contracts.asyncapi import document
-from contracts.usage import UsageRecord
+from reasonwire.contracts import envelope, topics
+from reasonwire.contracts.asyncapi import document
+from reasonwire.contracts.usage import UsageRecord
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "asyncapi-3.0.0.json"
 

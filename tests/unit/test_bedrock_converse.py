@@ -19,8 +19,8 @@ from tests.conformance.oracle import (
     translate_file,
     translate_lines,
 )
-from workers.core.wire import record_json
-from workers.translators import translator_for
+from reasonwire.workers.core.wire import record_json
+from reasonwire.workers.translators import translator_for
 
 GRAMMAR = "bedrock-converse"
 CLAUDE_4 = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"

@@ -14,7 +14,7 @@ FIXTURE = LOCAL_FIXTURES / "anthropic-messages" / "a_reasoning_then_answer.jsonl
 
 def _translate(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "workers.cli", "translate", *args], input=stdin, capture_output=True, check=False
+        [sys.executable, "-m", "reasonwire.workers.cli", "translate", *args], input=stdin, capture_output=True, check=False
     )
 
 

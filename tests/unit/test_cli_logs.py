@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from aiokafka.errors import GroupCoordinatorNotAvailableError, NodeNotReadyError
 
-from workers.logs import COORDINATOR_LOGGER, GRACE_S, TransientCoordinatorFilter, install
+from reasonwire.workers.logs import COORDINATOR_LOGGER, GRACE_S, TransientCoordinatorFilter, install
 
 
 class Clock:
@@ -96,7 +96,7 @@ def test_a_later_episode_gets_its_grace_again(coordinator_log: tuple[logging.Log
 
 def test_every_worker_command_installs_the_filter_before_anything_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Installed by the CLI before the settings are even read: any worker process started from it has it."""
-    from workers import cli
+    from reasonwire.workers import cli
 
     logger = logging.getLogger(COORDINATOR_LOGGER)
     monkeypatch.setattr(logger, "filters", [])

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from workers.errors import ConfigurationError
-from workers.settings import WorkerSettings, describe
+from reasonwire.workers.errors import ConfigurationError
+from reasonwire.workers.settings import WorkerSettings, describe
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
 """Seeded deterministic simulation of the normalizer's delivery protocol under faults (issue 13).
 
-What is simulated: the real sans-I/O core (:class:`workers.core.normalizer.Normalizer`, every
+What is simulated: the real sans-I/O core (:class:`reasonwire.workers.core.normalizer.Normalizer`, every
 accept / restore / dead-letter decision) driven by a model of the worker's protocol
 (``workers/normalize.py``) against an in-memory broker and store: pipelined polls (up to
 ``MAX_IN_FLIGHT``), each poll's Redis transaction in poll order, the outputs of open runs sent
@@ -52,17 +52,17 @@ from typing import Any
 import orjson
 import pytest
 
-from contracts import topics
-from contracts.envelope import Control
-from contracts.grammars import Grammar
-from contracts.usage import NO_TOKENS, UsageRecord
-from workers.core import events as ev
-from workers.core import normalizer as core
-from workers.core.translator import Rejection, RunEnd, Translation
-from workers.core.delivery import OutputLimits
-from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, Outbound, RawRecord, RunInput, RunKey, Step
-from workers.ingress import RunEnvelope, raw_records
-from workers.sse import ProviderEvent, read_events
+from reasonwire.contracts import topics
+from reasonwire.contracts.envelope import Control
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.usage import NO_TOKENS, UsageRecord
+from reasonwire.workers.core import events as ev
+from reasonwire.workers.core import normalizer as core
+from reasonwire.workers.core.translator import Rejection, RunEnd, Translation
+from reasonwire.workers.core.delivery import OutputLimits
+from reasonwire.workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, Outbound, RawRecord, RunInput, RunKey, Step
+from reasonwire.workers.ingress import RunEnvelope, raw_records
+from reasonwire.workers.sse import ProviderEvent, read_events
 
 SEEDS = int(os.environ.get("RW_SIM_SEEDS", "500"))
 """~4 s of CPU per ``make test``; ``RW_SIM_SEEDS=20000`` for a longer campaign."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from contracts.grammars import Grammar
+from reasonwire.contracts.grammars import Grammar
 from tests.conformance.oracle import LOCAL_FIXTURES, translate_file
-from workers.demo import SAMPLE_CASES, artefact_table, sample_streams
+from reasonwire.workers.demo import SAMPLE_CASES, artefact_table, sample_streams
 
 ROOT = Path(__file__).resolve().parents[2]
 

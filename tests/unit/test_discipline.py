@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from contracts.artefacts import ArtefactSubtype
+from reasonwire.contracts.artefacts import ArtefactSubtype
 from tests.conformance.oracle import assert_valid_stream
-from workers.core.discipline import DisciplineViolation, StreamDiscipline
-from workers.core.wire import event_json
+from reasonwire.workers.core.discipline import DisciplineViolation, StreamDiscipline
+from reasonwire.workers.core.wire import event_json
 
 
 def _started() -> StreamDiscipline:

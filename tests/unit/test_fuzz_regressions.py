@@ -23,11 +23,11 @@ from fuzz.cases import read_case
 from fuzz.corpus import Line
 from fuzz.oracle import Case, run_case
 from tests.conformance.oracle import assert_valid_stream
-from workers.core.limits import MAX_NESTING, MAX_TOKEN_COUNT
-from workers.core.translator import Translation
-from workers.core.wire import event_json, record_json
-from workers.translators import translator_for
-from workers.translators.anthropic_messages import AnthropicMessagesTranslator
+from reasonwire.workers.core.limits import MAX_NESTING, MAX_TOKEN_COUNT
+from reasonwire.workers.core.translator import Translation
+from reasonwire.workers.core.wire import event_json, record_json
+from reasonwire.workers.translators import translator_for
+from reasonwire.workers.translators.anthropic_messages import AnthropicMessagesTranslator
 
 CASES = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "fuzz").glob("*.json"))
 

@@ -19,7 +19,7 @@ from fuzz.cases import case_to_json
 from fuzz.corpus import GRAMMARS, Line
 from fuzz.minimize import minimize
 from fuzz.oracle import Case, run_case
-from workers.translators.anthropic_messages import AnthropicMessagesTranslator
+from reasonwire.workers.translators.anthropic_messages import AnthropicMessagesTranslator
 
 SEED = 20261201
 EVENTS_PER_GRAMMAR = 4_000

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contracts.artefacts import ArtefactRecord
+from reasonwire.contracts.artefacts import ArtefactRecord
 from tests.conformance.oracle import Output, assert_valid_stream, facts, of_type, translate_lines, types
-from workers.core.wire import record_json
-from workers.translators.gemini_generate_content import GeminiGenerateContentTranslator
+from reasonwire.workers.core.wire import record_json
+from reasonwire.workers.translators.gemini_generate_content import GeminiGenerateContentTranslator
 
 GRAMMAR = "gemini-generate-content"
 RID = "resp-gc-1"

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conformance.oracle import Output, assert_valid_stream, facts, of_type, translate_lines, types
-from workers.core.wire import record_json
+from reasonwire.workers.core.wire import record_json
 
 GRAMMAR = "gemini-interactions"
 IID = "v1_unit_interaction"
@@ -282,7 +282,7 @@ def test_non_text_summary_content_is_skipped() -> None:
 
 
 def test_event_name_from_sse_when_event_type_absent() -> None:
-    from workers.translators.gemini_interactions import GeminiInteractionsTranslator
+    from reasonwire.workers.translators.gemini_interactions import GeminiInteractionsTranslator
 
     assert GeminiInteractionsTranslator().event_type({"index": 0}, "step.stop") == "step.stop"
 

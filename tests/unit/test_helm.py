@@ -112,7 +112,7 @@ def test_keda_scaledobject_scales_the_normalizer_on_lag_capped_at_partitions(hel
 
 
 def test_raw_topic_name_in_chart_matches_contracts(helm: str) -> None:
-    from contracts import topics
+    from reasonwire.contracts import topics
 
     [scaled] = _by_kind(_render(helm), "ScaledObject").values()
     assert scaled["spec"]["triggers"][0]["metadata"]["topic"] == topics.RAW

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from contracts.envelope import HEADER_CONTROL, HEADER_SEQ, Control
-from workers.ingress import RunEnvelope
-from workers.ingress_client import RunPublisher
+from reasonwire.contracts.envelope import HEADER_CONTROL, HEADER_SEQ, Control
+from reasonwire.workers.ingress import RunEnvelope
+from reasonwire.workers.ingress_client import RunPublisher
 
 
 class _HeldAcks:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
-from contracts import topics
-from contracts.envelope import Control
+from reasonwire.contracts import topics
+from reasonwire.contracts.envelope import Control
 from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream
-from workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, Step, dead_letter
-from workers.ingress import RunEnvelope, raw_records
-from workers.sse import read_events
+from reasonwire.workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, Step, dead_letter
+from reasonwire.workers.ingress import RunEnvelope, raw_records
+from reasonwire.workers.sse import read_events
 
 FIXTURE = LOCAL_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl"
 RUN = RunEnvelope("anthropic-messages", "run-1", "thread-1", tenant="acme", model="claude-sonnet-4-5")

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from contracts import topics
-from contracts.envelope import Control
+from reasonwire.contracts import topics
+from reasonwire.contracts.envelope import Control
 from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream
-from workers.core import normalizer as core
-from workers.core.delivery import DeadLetterCode, OutputLimits, fit_dead_letter, record_size
-from workers.core.normalizer import DeadLetter, Ended, JournalEntry, Normalizer, RawRecord, RunInput, Step
-from workers.ingress import RunEnvelope, raw_records
-from workers.sse import read_events
+from reasonwire.workers.core import normalizer as core
+from reasonwire.workers.core.delivery import DeadLetterCode, OutputLimits, fit_dead_letter, record_size
+from reasonwire.workers.core.normalizer import DeadLetter, Ended, JournalEntry, Normalizer, RawRecord, RunInput, Step
+from reasonwire.workers.ingress import RunEnvelope, raw_records
+from reasonwire.workers.sse import read_events
 
 FIXTURE = LOCAL_FIXTURES / "openai-responses" / "c_interleaved_reasoning_tool_calls.jsonl"
 RUN = RunEnvelope("openai-responses", "run-a", "thread-a", tenant="acme")

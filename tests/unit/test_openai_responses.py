@@ -25,8 +25,8 @@ from tests.conformance.oracle import (
     translate_file,
     translate_lines,
 )
-from workers.cli import main as cli_main
-from workers.translators.openai_responses import ENCRYPTED_CONTENT_KIND
+from reasonwire.workers.cli import main as cli_main
+from reasonwire.workers.translators.openai_responses import ENCRYPTED_CONTENT_KIND
 
 GRAMMAR = "openai-responses"
 LOCAL = LOCAL_FIXTURES / GRAMMAR

@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from contracts import topics
-from contracts.grammars import Grammar
-from contracts.policy import AudienceRule, PolicyBook, PolicyError, ReasoningVisibility, RetentionPolicy, StoreRule
-from contracts.usage import TokenCounts
+from reasonwire.contracts import topics
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.policy import AudienceRule, PolicyBook, PolicyError, ReasoningVisibility, RetentionPolicy, StoreRule
+from reasonwire.contracts.usage import TokenCounts
 from tests.conformance.oracle import assert_valid_stream, facts, fixture_paths, translate_file
-from workers.core.audience import AudienceFilter
-from workers.core.normalizer import Normalizer, RawRecord, RunInput
-from workers.ingress import RunEnvelope, raw_records
-from workers.sse import read_events
-from workers.translators import implemented
+from reasonwire.workers.core.audience import AudienceFilter
+from reasonwire.workers.core.normalizer import Normalizer, RawRecord, RunInput
+from reasonwire.workers.ingress import RunEnvelope, raw_records
+from reasonwire.workers.sse import read_events
+from reasonwire.workers.translators import implemented
 
 FIXTURES = [p for p in fixture_paths() if Grammar(p.parent.name) in implemented()]
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from contracts.store import artefact_key, ended_key, journal_key, thread_index_key, thread_runs_key
-from workers.redis_connect import cluster_nodes, wants_cluster
-from workers.redis_slots import Op, group_by_slot, slot_of
+from reasonwire.contracts.store import artefact_key, ended_key, journal_key, thread_index_key, thread_runs_key
+from reasonwire.workers.redis_connect import cluster_nodes, wants_cluster
+from reasonwire.workers.redis_slots import Op, group_by_slot, slot_of
 
 
 def test_every_key_of_a_thread_shares_a_slot_and_a_run_journal_its_own() -> None:
@@ -64,8 +64,8 @@ def test_on_a_cluster_a_poll_that_only_ends_a_run_still_waits_for_replicas_issue
 
     from redis.asyncio import Redis
 
-    from workers.core.normalizer import RunKey, Step
-    from workers.store import ArtefactStore
+    from reasonwire.workers.core.normalizer import RunKey, Step
+    from reasonwire.workers.store import ArtefactStore
 
     store = ArtefactStore(Redis(), artefact_ttl_s=60, journal_ttl_s=60)
     writer = _RecordingSlotWriter()

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contracts.artefacts import ArtefactRecord
-from contracts.grammars import Grammar
-from contracts.replay import ReplayTarget
+from reasonwire.contracts.artefacts import ArtefactRecord
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.replay import ReplayTarget
 from tests.conformance.oracle import LOCAL_FIXTURES, fixture_paths
 from tests.unit.test_replay_roundtrip import (
     client_history,
@@ -25,8 +25,8 @@ from tests.unit.test_replay_roundtrip import (
     translate,
     user_text,
 )
-from workers.replay import FRAGMENT_KEY, InvalidHistory, ProviderWouldReject, model_family, replay, same_family
-from workers.translators import implemented
+from reasonwire.workers.replay import FRAGMENT_KEY, InvalidHistory, ProviderWouldReject, model_family, replay, same_family
+from reasonwire.workers.translators import implemented
 
 ANTHROPIC_A = LOCAL_FIXTURES / "anthropic-messages" / "a_reasoning_then_answer.jsonl"
 ANTHROPIC_B = LOCAL_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl"
@@ -411,8 +411,8 @@ def test_rechunked_deltas_replay_to_the_same_provider_items_R3_P5(cuts: list[int
 
 def _public_history(out: Any, grammar: Grammar) -> list[dict[str, Any]]:
     """What an end-user UI holds: the public stream (summaries only, no encrypted values) applied."""
-    from contracts.policy import Audience, RetentionPolicy
-    from workers.core.audience import AudienceFilter
+    from reasonwire.contracts.policy import Audience, RetentionPolicy
+    from reasonwire.workers.core.audience import AudienceFilter
 
     audience = AudienceFilter(RetentionPolicy().rule(Audience.PUBLIC))
     public = [e for e in (audience.admit(e) for e in out.events) if e is not None]

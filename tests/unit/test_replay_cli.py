@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from contracts.grammars import Grammar
-from contracts.replay import ReplayReply, ReplayRequest, ReplayTarget
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.replay import ReplayReply, ReplayRequest, ReplayTarget
 from tests.conformance.oracle import LOCAL_FIXTURES
 from tests.unit.test_replay_roundtrip import (
     client_history,
@@ -21,14 +21,14 @@ from tests.unit.test_replay_roundtrip import (
     translate,
     user_text,
 )
-from workers.replay_worker import parse_request, reply_for
+from reasonwire.workers.replay_worker import parse_request, reply_for
 
 FIXTURE = LOCAL_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl"
 MODEL = "claude-sonnet-4-5-20250929"
 
 
 def _cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "workers.cli", *args], input=stdin, capture_output=True, check=False)
+    return subprocess.run([sys.executable, "-m", "reasonwire.workers.cli", *args], input=stdin, capture_output=True, check=False)
 
 
 def _history_and_artefacts(tmp_path: Path) -> tuple[dict[str, Any], Path]:
@@ -108,7 +108,7 @@ def test_replay_command_refuses_unusable_input_with_status_2(tmp_path: Path) -> 
 
 def test_a_replay_request_is_answered_with_the_fragment_and_its_warnings(tmp_path: Path) -> None:
     run_input, artefacts_file = _history_and_artefacts(tmp_path)
-    from workers.replay.sources import read_artefact_file
+    from reasonwire.workers.replay.sources import read_artefact_file
 
     artefacts = read_artefact_file(artefacts_file)
     request = ReplayRequest(

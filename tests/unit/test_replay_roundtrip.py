@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from contracts.grammars import Grammar
-from contracts.replay import ReplayTarget
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.replay import ReplayTarget
 from tests.conformance.oracle import Output, assert_valid_stream, fixture_paths, translate_file
-from workers.consumer import AgUiConsumer
-from workers.replay import FRAGMENT_KEY, replay
-from workers.translators import implemented
+from reasonwire.workers.consumer import AgUiConsumer
+from reasonwire.workers.replay import FRAGMENT_KEY, replay
+from reasonwire.workers.translators import implemented
 
 OPAQUE_KEYS = frozenset({"signature", "encrypted_content", "thoughtSignature", "data", "redactedContent"})
 """Where the provider-native shapes of every grammar carry opaque values."""

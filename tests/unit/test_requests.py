@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from contracts.grammars import Grammar
-from contracts.replay import ReplayTarget
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.replay import ReplayTarget
 from tests.conformance.oracle import LOCAL_FIXTURES
-from workers.requests import (
+from reasonwire.workers.requests import (
     TABLES,
     Effort,
     PortableReasoning,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from contracts import topic_plan, topics
-from contracts.topic_plan import ActualTopic, Difference, diff, plan
+from reasonwire.contracts import topic_plan, topics
+from reasonwire.contracts.topic_plan import ActualTopic, Difference, diff, plan
 
 
 def _topic_constants() -> set[str]:

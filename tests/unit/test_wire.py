@@ -1,6 +1,6 @@
 """The core's wire dicts are AG-UI 1.0 events, and encode exactly as the ag_ui models do.
 
-The translators emit events as plain dicts (``workers.core.events``); this is where
+The translators emit events as plain dicts (``reasonwire.workers.core.events``); this is where
 the ``ag-ui-protocol`` models hold them to the contract: every event of every
 fixture must validate as the ``ag_ui.core.Event`` union, come back from the model
 unchanged (no field renamed, added or dropped), and encode to the model's own bytes.
@@ -15,12 +15,12 @@ import pytest
 from ag_ui.core import CustomEvent, RunFinishedEvent, RunStartedEvent, TokenUsage
 from ag_ui.core.events import RunFinishedSuccessOutcome
 
-from contracts.grammars import Grammar
+from reasonwire.contracts.grammars import Grammar
 from tests.conformance.oracle import fixture_paths
-from workers.core.events import as_model
-from workers.core.wire import event_json, record_json
-from workers.sse import read_events
-from workers.translators import implemented, translator_for
+from reasonwire.workers.core.events import as_model
+from reasonwire.workers.core.wire import event_json, record_json
+from reasonwire.workers.sse import read_events
+from reasonwire.workers.translators import implemented, translator_for
 
 _MODEL_NAME = {
     "RUN_STARTED": "RunStartedEvent",

@@ -12,13 +12,13 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from workers.core.normalizer import RawRecord
-from workers.ingress import RunEnvelope
-from workers.normalize import NormalizerWorker
-from workers.settings import WorkerSettings
-from workers.store import ArtefactStore
-from workers.telemetry import setup_telemetry
-from workers.telemetry.normalizer import NormalizerTelemetry
+from reasonwire.workers.core.normalizer import RawRecord
+from reasonwire.workers.ingress import RunEnvelope
+from reasonwire.workers.normalize import NormalizerWorker
+from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.store import ArtefactStore
+from reasonwire.workers.telemetry import setup_telemetry
+from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
 
 FIRST = b'{"type":"response.created","response":{"id":"resp_1","model":"m","status":"in_progress","output":[]}}'
 
@@ -90,7 +90,7 @@ async def test_a_revoked_partition_is_no_longer_reported_in_the_lag() -> None:
     ``/readyz``), so a sum over the group counted it twice once its new owner reported it."""
     from aiokafka import TopicPartition
 
-    from contracts import topics
+    from reasonwire.contracts import topics
 
     worker, _ = _worker(timeout_s=30)
     worker.health_metrics.lag.update({0: 5, 1: 7})
@@ -137,7 +137,7 @@ async def test_an_expiry_whose_flight_failed_is_sent_again_by_the_next_tick() ->
 async def test_a_record_of_the_run_or_a_revocation_drops_the_expiry_to_send_again() -> None:
     from aiokafka import TopicPartition
 
-    from contracts import topics
+    from reasonwire.contracts import topics
 
     worker, _ = await _expiry_that_failed()
     assert list(worker._unsent_expiries) == [("default", "idle-run")]

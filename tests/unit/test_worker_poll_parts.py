@@ -12,13 +12,13 @@ import asyncio
 from typing import Any
 
 from tests.conformance.oracle import LOCAL_FIXTURES
-from workers.core.normalizer import RawRecord
-from workers.ingress import RunEnvelope, raw_records
-from workers.normalize import NormalizerWorker
-from workers.settings import WorkerSettings
-from workers.sse import read_events
-from workers.telemetry import setup_telemetry
-from workers.telemetry.normalizer import NormalizerTelemetry
+from reasonwire.workers.core.normalizer import RawRecord
+from reasonwire.workers.ingress import RunEnvelope, raw_records
+from reasonwire.workers.normalize import NormalizerWorker
+from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.sse import read_events
+from reasonwire.workers.telemetry import setup_telemetry
+from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
 
 
 class _Batch:

@@ -4,7 +4,7 @@ A provider often sends the opaque value before the unit it belongs to is
 finished (Anthropic's ``signature_delta`` comes just before ``content_block_stop``;
 a Bedrock signature before ``contentBlockStop``). The ledger holds it until the
 unit closes, then emits it once as ``REASONING_ENCRYPTED_VALUE`` and as a
-complete :class:`~contracts.artefacts.ArtefactRecord`. If the run ends first, the
+complete :class:`~reasonwire.contracts.artefacts.ArtefactRecord`. If the run ends first, the
 held values become records marked incomplete — stored so nothing is lost, never
 announced to the client and never replayable (P5). One behaviour for every
 grammar, in one place.
@@ -23,9 +23,9 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from contracts.artefacts import ArtefactRecord, ArtefactSubtype, Issuer, NativeBlock
-from workers.core.discipline import StreamDiscipline
-from workers.core.surrogates import scrub
+from reasonwire.contracts.artefacts import ArtefactRecord, ArtefactSubtype, Issuer, NativeBlock
+from reasonwire.workers.core.discipline import StreamDiscipline
+from reasonwire.workers.core.surrogates import scrub
 
 
 @dataclass

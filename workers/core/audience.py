@@ -16,9 +16,9 @@ assumed kind is treated as raw.
 
 from __future__ import annotations
 
-from contracts.policy import AudienceRule, ReasoningVisibility
-from workers.core.discipline import METADATA_KEY
-from workers.core.events import WireEvent
+from reasonwire.contracts.policy import AudienceRule, ReasoningVisibility
+from reasonwire.workers.core.discipline import METADATA_KEY
+from reasonwire.workers.core.events import WireEvent
 
 _SPAN_EVENTS = frozenset({"REASONING_START", "REASONING_END"})
 _MESSAGE_EVENTS = frozenset({"REASONING_MESSAGE_CONTENT", "REASONING_MESSAGE_END", "REASONING_MESSAGE_CHUNK"})
@@ -38,7 +38,7 @@ class AudienceFilter:
         return self.rule.reasoning is ReasoningVisibility.ALL and self.rule.encrypted_values
 
     def admit(self, event: WireEvent) -> WireEvent | None:
-        """The event as this audience may see it (a wire dict, ``workers.core.events``), or None."""
+        """The event as this audience may see it (a wire dict, ``reasonwire.workers.core.events``), or None."""
         if self._all and "rawEvent" not in event:
             return event
         kept = self._admit(event)

@@ -17,7 +17,7 @@ ids and keeps the bookkeeping that makes the stream valid by construction:
   and a ``REASONING_ENCRYPTED_VALUE`` may only name an entity this run opened.
 * after the terminal event nothing more is emitted.
 
-Events are built by ``workers.core.events`` as AG-UI wire dicts, so what this
+Events are built by ``reasonwire.workers.core.events`` as AG-UI wire dicts, so what this
 object emits is what goes on the topic.
 
 A unit closed because the run ended abnormally — or because the provider
@@ -26,7 +26,7 @@ carries ``metadata.reasonwire.incomplete = true`` on its end event, so a consume
 can tell partial reasoning or text from a finished one.
 
 A request that would break a rule raises :class:`DisciplineViolation`; the
-translator turns that into ``RUN_ERROR`` (see ``workers.core.translator``), so
+translator turns that into ``RUN_ERROR`` (see ``reasonwire.workers.core.translator``), so
 even a provider stream that breaks its own grammar yields a valid AG-UI stream.
 
 Tool calls whose arguments are not complete JSON when a run fails are left
@@ -39,7 +39,7 @@ unterminated, and since AG-UI can neither end it nor finish a run with it open,
 the run cannot end with ``RUN_FINISHED`` — the translator ends it with
 ``RUN_ERROR`` (see :meth:`StreamDiscipline.cut_off_tool_calls`). A call that
 streamed no arguments at all is a no-argument call and ends normally.
-Completeness is strict JSON within ``workers.core.limits.MAX_NESTING``.
+Completeness is strict JSON within ``reasonwire.workers.core.limits.MAX_NESTING``.
 """
 
 from __future__ import annotations
@@ -49,11 +49,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from contracts.artefacts import ArtefactSubtype
-from workers.core import events as ev
-from workers.core.events import WireEvent
-from workers.core.surrogates import REPLACEMENT, split_high, whole
-from workers.core.limits import complete_json
+from reasonwire.contracts.artefacts import ArtefactSubtype
+from reasonwire.workers.core import events as ev
+from reasonwire.workers.core.events import WireEvent
+from reasonwire.workers.core.surrogates import REPLACEMENT, split_high, whole
+from reasonwire.workers.core.limits import complete_json
 
 METADATA_KEY = "reasonwire"
 """Our namespace inside AG-UI ``metadata`` (the key ``ag-ui`` is reserved by the protocol)."""
@@ -367,7 +367,7 @@ _CONTENT_EVENTS = {
 
 def _join(unit: _OpenUnit, delta: str) -> str:
     """A delta with its predecessor's waiting half in front, its own trailing half held back,
-    and surrogate pairs joined into their characters (``workers.core.surrogates``)."""
+    and surrogate pairs joined into their characters (``reasonwire.workers.core.surrogates``)."""
     text, unit.half = split_high(unit.half + delta)
     return whole(text)
 

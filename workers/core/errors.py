@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from workers.core.limits import MAX_TOKEN_COUNT
+from reasonwire.workers.core.limits import MAX_TOKEN_COUNT
 
 
 class ProviderGrammarError(Exception):
@@ -50,7 +50,7 @@ def token_count(usage: Any, key: str, *, where: str, absent: int | None = None) 
     """A provider token count: a non-negative integer, or ``absent`` when the field is missing.
 
     A count that is present but not a count (a string, a negative number, a bool, or one
-    beyond AG-UI's range ``0 … 2^53−1``, ``workers.core.limits``) is a malformed known event
+    beyond AG-UI's range ``0 … 2^53−1``, ``reasonwire.workers.core.limits``) is a malformed known event
     (R7), never silently read as 0 or as unknown, nor clamped to a number nobody reported.
     """
     if not (type(usage) is dict or isinstance(usage, Mapping)):

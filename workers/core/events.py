@@ -16,7 +16,7 @@ serialization to give the same bytes. :func:`as_model` gives the typed model to
 a caller that wants one.
 
 This module is the only place that knows the wire field names; the producer
-discipline (``workers.core.discipline``) is the only caller.
+discipline (``reasonwire.workers.core.discipline``) is the only caller.
 """
 
 from __future__ import annotations

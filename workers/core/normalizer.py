@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The Kafka worker (``workers.normalize``) is a thin adapter around this object.
+The Kafka worker (``reasonwire.workers.normalize``) is a thin adapter around this object.
 For each raw record it asks :meth:`Normalizer.route` what the record is — a
 dead letter (headers break the ``reasoning.raw.v1`` contract), or input for a
 run — and then :meth:`Normalizer.accept` for the run's translator output, as a
@@ -24,7 +24,7 @@ once: a record redelivered after its outputs were published but before its
 offset was committed is published again with the same ``rw-event-seq``, so
 consumers can drop the duplicate.
 
-Record accounting (issue 13, ``workers.core.delivery``): every raw record is
+Record accounting (issue 13, ``reasonwire.workers.core.delivery``): every raw record is
 processed, dead-lettered with a code, or counted as a redelivery. A run accepts
 its input strictly in ``rw-seq`` order; a gap ends it (``sequence_gap``), a
 different record under an accepted ``rw-seq`` is a conflict, a provider event
@@ -46,9 +46,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from contracts import topics
-from contracts.artefacts import ArtefactRecord
-from contracts.envelope import (
+from reasonwire.contracts import topics
+from reasonwire.contracts.artefacts import ArtefactRecord
+from reasonwire.contracts.envelope import (
     HEADER_EVENT_SEQ,
     HEADER_PROVIDER,
     HEADER_REASON,
@@ -60,15 +60,15 @@ from contracts.envelope import (
     RawEnvelope,
     read_envelope,
 )
-from contracts.grammars import Grammar
-from contracts.policy import Audience, PolicyBook, RetentionPolicy
-from workers.core import events as ev
-from workers.core.audience import AudienceFilter
-from workers.core.delivery import DeadLetterCode, OutputLimits, dead_letter_headers, fit_dead_letter, record_size
-from workers.core.discipline import METADATA_KEY
-from workers.core.translator import ErrorCode, RunEnd, Translation, Translator, TranslatorWarning
-from workers.core.wire import event_json, record_json
-from workers.translators import implemented, translator_for
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.policy import Audience, PolicyBook, RetentionPolicy
+from reasonwire.workers.core import events as ev
+from reasonwire.workers.core.audience import AudienceFilter
+from reasonwire.workers.core.delivery import DeadLetterCode, OutputLimits, dead_letter_headers, fit_dead_letter, record_size
+from reasonwire.workers.core.discipline import METADATA_KEY
+from reasonwire.workers.core.translator import ErrorCode, RunEnd, Translation, Translator, TranslatorWarning
+from reasonwire.workers.core.wire import event_json, record_json
+from reasonwire.workers.translators import implemented, translator_for
 
 
 _ENDED_MEMORY = 10_000
@@ -229,7 +229,7 @@ class _RunState:
 class Normalizer:
     """Per-worker run table and every routing decision of the normalizer (sans-I/O).
 
-    Every raw record is accounted for (``workers.core.delivery``): :meth:`route` and
+    Every raw record is accounted for (``reasonwire.workers.core.delivery``): :meth:`route` and
     :meth:`accept` never raise — a record they cannot handle is dead-lettered, and an
     exception while translating or serializing one record fails that record's run
     (``internal_error``) and nothing else. A run's event numbering (``rw-event-seq``) is a

@@ -14,7 +14,7 @@ Everything every grammar does the same way lives in this class, once:
 * parsing (bytes → JSON object); a line that is not a JSON object is a malformed
   event (R7): ``RUN_ERROR``, rejection, nothing else lost. Escaped UTF-16 surrogate
   halves in a text field (a character cut between two deltas) are valid JSON and
-  accepted; the discipline joins them (``workers.core.surrogates``);
+  accepted; the discipline joins them (``reasonwire.workers.core.surrogates``);
 * dispatch through the subclass's ``HANDLERS`` table keyed by the provider's
   event type; a type not in the table is an unknown event (P3): warned,
   counted, skipped, open units untouched;
@@ -35,14 +35,14 @@ Everything every grammar does the same way lives in this class, once:
   by the ledger, never replayed;
 * a terminal event that *cut* the output (a token limit) finishes the run with
   ``truncated=True``: what it closes carries the ``incomplete`` marker.
-* explicit limits on hostile input (``workers.core.limits``): an event nested
+* explicit limits on hostile input (``reasonwire.workers.core.limits``): an event nested
   deeper than ``MAX_NESTING`` is malformed (R7); a usage total the provider's
   counts add up to beyond AG-UI's range (0 … 2^53−1) is left out of
   ``TokenUsage`` with a ``usage_out_of_range`` warning (each count itself is
-  checked by ``workers.core.errors.token_count``);
+  checked by ``reasonwire.workers.core.errors.token_count``);
 * a run whose provider ended a tool call with cut-off arguments ends with
   ``RUN_ERROR`` ``incomplete_tool_call`` instead of ``RUN_FINISHED`` (AG-UI can
-  neither end such a call nor finish with it open; ``workers.core.discipline``);
+  neither end such a call nor finish with it open; ``reasonwire.workers.core.discipline``);
 * a safety net: an exception no rule anticipated (a bug) never escapes
   ``feed`` / ``finish`` / ``abort`` — the run ends with ``RUN_ERROR``
   ``internal_error`` and the event is rejected, so the worker dead-letters it
@@ -66,15 +66,15 @@ from typing import Any, ClassVar
 
 import orjson
 
-from contracts.artefacts import ArtefactRecord, Issuer
-from contracts.grammars import Grammar
-from contracts.usage import NO_TOKENS, UsageRecord
-from workers.core.artefacts import ArtefactLedger, HeldArtefact
-from workers.core.discipline import DisciplineViolation, RunPhase, StreamDiscipline
-from workers.core.errors import ProviderGrammarError
-from workers.core.events import WireEvent, token_usage
-from workers.core.surrogates import loads_with_lone_surrogates
-from workers.core.limits import MAX_NESTING, MAX_TOKEN_COUNT, too_deep
+from reasonwire.contracts.artefacts import ArtefactRecord, Issuer
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.usage import NO_TOKENS, UsageRecord
+from reasonwire.workers.core.artefacts import ArtefactLedger, HeldArtefact
+from reasonwire.workers.core.discipline import DisciplineViolation, RunPhase, StreamDiscipline
+from reasonwire.workers.core.errors import ProviderGrammarError
+from reasonwire.workers.core.events import WireEvent, token_usage
+from reasonwire.workers.core.surrogates import loads_with_lone_surrogates
+from reasonwire.workers.core.limits import MAX_NESTING, MAX_TOKEN_COUNT, too_deep
 
 
 class RunEnd(StrEnum):
@@ -122,7 +122,7 @@ class Rejection:
 
 @dataclass(slots=True)
 class Translation:
-    """What one call into a translator produced (events in AG-UI wire shape, ``workers.core.events``)."""
+    """What one call into a translator produced (events in AG-UI wire shape, ``reasonwire.workers.core.events``)."""
 
     events: list[WireEvent] = field(default_factory=list)
     artefacts: list[ArtefactRecord] = field(default_factory=list)

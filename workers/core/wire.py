@@ -2,7 +2,7 @@
 
 AG-UI 1.0 wire shape is camelCase with absent optionals omitted (never ``null``):
 exactly ``model_dump_json(by_alias=True, exclude_none=True)``. The core already
-emits events as wire dicts (``workers.core.events``), so encoding one is a
+emits events as wire dicts (``reasonwire.workers.core.events``), so encoding one is a
 single ``orjson.dumps``. An ``ag_ui.core`` model (a library caller's) goes
 through ag_ui's omit-null wrap serializer if dumped by pydantic, which calls back
 into Python for every model; this module walks its fields with cached aliases
@@ -19,7 +19,7 @@ import orjson
 from ag_ui.core import BaseEvent
 from pydantic import BaseModel
 
-from workers.core.events import WireEvent
+from reasonwire.workers.core.events import WireEvent
 
 _FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
 

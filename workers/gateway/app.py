@@ -37,16 +37,16 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from contracts import topics
-from contracts.grammars import Grammar
-from contracts.run_request import RunRequest
-from workers.errors import ConfigurationError
-from workers.gateway.fanout import Fanout, RunLog
-from workers.gateway.keys import Audience, KeyBook, Principal
-from workers.ingress_client import IngressError, Publisher
-from workers.kafka_security import KafkaSecurityError, client_kwargs, security_failure, witness
-from workers.redis_connect import connect
-from workers.topics_admin import replication_factor
+from reasonwire.contracts import topics
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.run_request import RunRequest
+from reasonwire.workers.errors import ConfigurationError
+from reasonwire.workers.gateway.fanout import Fanout, RunLog
+from reasonwire.workers.gateway.keys import Audience, KeyBook, Principal
+from reasonwire.workers.ingress_client import IngressError, Publisher
+from reasonwire.workers.kafka_security import KafkaSecurityError, client_kwargs, security_failure, witness
+from reasonwire.workers.redis_connect import connect
+from reasonwire.workers.topics_admin import replication_factor
 
 VIEWER = Path(__file__).with_name("viewer.html")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -142,8 +142,8 @@ class Gateway:
 async def _ensure_requests_topic(settings: GatewaySettings) -> None:
     """The run-request topic, created only with ``RW_CREATE_TOPICS=true`` (else checked: a missing
     one is one line naming it) — where topics are provisioned, ``reasonwire topics apply`` does it."""
-    from contracts.topic_plan import plan
-    from workers.topics_admin import create_enabled, ensure
+    from reasonwire.contracts.topic_plan import plan
+    from reasonwire.workers.topics_admin import create_enabled, ensure
 
     specs = [s for s in plan(settings.partitions, replication_factor()) if s.name == topics.REQUESTS]
     await ensure(settings.kafka_bootstrap_servers, specs, create=create_enabled())

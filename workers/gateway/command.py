@@ -14,12 +14,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workers.gateway.keys import KeyBook, KeyBookError, hash_key
+    from reasonwire.workers.gateway.keys import KeyBook, KeyBookError, hash_key
 
     if args.hash_key:
         print(hash_key(args.hash_key))
         return 0
-    from workers.gateway.app import GatewaySettings, serve
+    from reasonwire.workers.gateway.app import GatewaySettings, serve
 
     settings = GatewaySettings.from_env()  # a bad RW_GATEWAY_* value is the one line to say, before anything else
     try:

@@ -3,7 +3,7 @@
 How a gateway replica finds a run's events without reading every partition for
 every client: the normalizer publishes a run's events keyed by run id, and the
 producer picks the partition with Kafka's default partitioner (murmur2 of the key
-modulo the partition count — ``workers.normalize`` computes it the same way, once
+modulo the partition count — ``reasonwire.workers.normalize`` computes it the same way, once
 per run). The gateway computes the same function for the requested run id, so it
 reads exactly one partition of the audience topic, with ``assign`` (no consumer
 group, no rebalances). Per process there is at most one :class:`PartitionReader`
@@ -34,16 +34,16 @@ from dataclasses import dataclass, field
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from contracts import topics
-from contracts.envelope import HEADER_EVENT_SEQ, HEADER_RUN_ID, HEADER_TENANT, HEADER_THREAD_ID
-from workers.kafka_security import client_kwargs
-from workers.partitions import partition_of
+from reasonwire.contracts import topics
+from reasonwire.contracts.envelope import HEADER_EVENT_SEQ, HEADER_RUN_ID, HEADER_TENANT, HEADER_THREAD_ID
+from reasonwire.workers.kafka_security import client_kwargs
+from reasonwire.workers.partitions import partition_of
 
 log = logging.getLogger("reasonwire.gateway")
 
 TERMINAL = frozenset({"RUN_FINISHED", "RUN_ERROR"})
 def partition_for(run_id: str, partitions: int) -> int:
-    """The partition the normalizer wrote run ``run_id``'s events to (:func:`workers.partitions.partition_of`)."""
+    """The partition the normalizer wrote run ``run_id``'s events to (:func:`reasonwire.workers.partitions.partition_of`)."""
     return partition_of(run_id.encode(), range(partitions))
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from contracts import topics
+from reasonwire.contracts import topics
 
 
 class Audience(StrEnum):

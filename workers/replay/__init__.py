@@ -2,15 +2,15 @@
 
 Library use::
 
-    from workers.replay import ReplayTarget, replay
+    from reasonwire.workers.replay import ReplayTarget, replay
 
     result = replay(run_input, artefacts, ReplayTarget(grammar="anthropic-messages", model="claude-sonnet-4-5"))
     request_body.update(result.fragment)            # {"messages": [...]} for Anthropic
     for warning in result.warnings: log.warning(warning.message)
 
 The shared decisions (issuer matching, ordering, which copy wins, failing
-before the call) live in :mod:`workers.replay.core`; one module per grammar
-writes the provider-native shapes. :mod:`workers.replay.sources` reads
+before the call) live in :mod:`reasonwire.workers.replay.core`; one module per grammar
+writes the provider-native shapes. :mod:`reasonwire.workers.replay.sources` reads
 artefacts from Redis or from the file ``reasonwire translate --artefacts``
 writes. Documented in ``docs/replay.md``.
 """
@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from contracts.artefacts import ArtefactRecord
-from contracts.grammars import Grammar
-from contracts.replay import ReplayTarget
-from workers.replay.anthropic_messages import AnthropicMessagesReplay
-from workers.replay.bedrock_converse import BedrockConverseReplay
-from workers.replay.core import (
+from reasonwire.contracts.artefacts import ArtefactRecord
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.replay import ReplayTarget
+from reasonwire.workers.replay.anthropic_messages import AnthropicMessagesReplay
+from reasonwire.workers.replay.bedrock_converse import BedrockConverseReplay
+from reasonwire.workers.replay.core import (
     InvalidHistory,
     ProviderWouldReject,
     ReplayBuilder,
@@ -35,10 +35,10 @@ from workers.replay.core import (
     read_history,
     replay_conversation,
 )
-from workers.replay.family import model_family, same_family
-from workers.replay.gemini_generate_content import GeminiGenerateContentReplay
-from workers.replay.gemini_interactions import GeminiInteractionsReplay
-from workers.replay.openai_responses import OpenAIResponsesReplay
+from reasonwire.workers.replay.family import model_family, same_family
+from reasonwire.workers.replay.gemini_generate_content import GeminiGenerateContentReplay
+from reasonwire.workers.replay.gemini_interactions import GeminiInteractionsReplay
+from reasonwire.workers.replay.openai_responses import OpenAIResponsesReplay
 
 BUILDERS: dict[Grammar, ReplayBuilder] = {
     builder.grammar: builder

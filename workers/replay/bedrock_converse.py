@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from contracts.grammars import Grammar
-from workers.replay.core import (
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.workers.replay.core import (
     AssistantTurn,
     Call,
     Conversation,
@@ -35,7 +35,7 @@ from workers.replay.core import (
     drop_reasoning_only,
     merge_adjacent,
 )
-from workers.replay.family import model_family
+from reasonwire.workers.replay.family import model_family
 
 
 class BedrockConverseReplay(ReplayBuilder):

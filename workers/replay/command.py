@@ -13,7 +13,7 @@ translate --artefacts`` writes) or else from Redis at ``REDIS_URL`` for
 Warnings (what was left out and why) go to stderr, never with a value (P8).
 Exit status: 0 when the fragment was written; 1 when the provider would reject
 what is left (the replay fails before the call); 2 for unusable arguments,
-input or configuration; 3 for an unreachable store (``workers.errors``).
+input or configuration; 3 for an unreachable store (``reasonwire.workers.errors``).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import json
 import sys
 from typing import Any
 
-from contracts.grammars import Grammar
-from contracts.replay import ReplayTarget
-from workers.errors import UserError
-from workers.replay import ProviderWouldReject, ReplayError, read_history, replay
-from workers.replay.sources import ArtefactFileError, read_artefact_file
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.replay import ReplayTarget
+from reasonwire.workers.errors import UserError
+from reasonwire.workers.replay import ProviderWouldReject, ReplayError, read_history, replay
+from reasonwire.workers.replay.sources import ArtefactFileError, read_artefact_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,12 +99,12 @@ def _artefacts(args: argparse.Namespace, thread_id: str | None) -> list[Any]:
 async def _from_redis(tenant: str, thread_id: str) -> list[Any]:
     from redis.exceptions import RedisError
 
-    from workers.redis_connect import connect
+    from reasonwire.workers.redis_connect import connect
 
-    from workers.errors import ServiceUnreachable
-    from workers.replay.sources import read_thread
-    from workers.settings import WorkerSettings
-    from workers.store import ArtefactStore
+    from reasonwire.workers.errors import ServiceUnreachable
+    from reasonwire.workers.replay.sources import read_thread
+    from reasonwire.workers.settings import WorkerSettings
+    from reasonwire.workers.store import ArtefactStore
 
     settings = WorkerSettings.from_env()
     redis = connect(settings.redis_url, socket_connect_timeout=10)  # a store that does not answer fails, not hangs

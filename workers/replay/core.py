@@ -14,7 +14,7 @@ pieces:
   messages — plus the ``encryptedValue``\\ s the client kept;
 * the **artefact records** (keyed by ``entity_id`` = those AG-UI ids): the opaque
   value exactly as received, its issuer, and the provider-native block it rode
-  in with its position (:class:`contracts.artefacts.NativeBlock`).
+  in with its position (:class:`reasonwire.contracts.artefacts.NativeBlock`).
 
 This module does everything that is the same for every grammar, once:
 
@@ -23,7 +23,7 @@ This module does everything that is the same for every grammar, once:
 2. **decide which artefacts go back** (:class:`Continuity`): an artefact is left
    out — with a warning and a counter, never sent — when it is incomplete (its
    unit never closed), belongs to another tenant, or was issued by another
-   grammar, model family (:mod:`workers.replay.family`) or scope (R8, P5); and
+   grammar, model family (:mod:`reasonwire.workers.replay.family`) or scope (R8, P5); and
    **which copy wins** when the client's ``encryptedValue`` and the stored one
    differ (see below);
 3. **segment** the history into provider turns (:class:`Conversation`):
@@ -84,10 +84,10 @@ from ag_ui.core import (
 )
 from pydantic import TypeAdapter, ValidationError
 
-from contracts.artefacts import ArtefactRecord, ArtefactSubtype
-from contracts.grammars import Grammar
-from contracts.replay import ReplayTarget
-from workers.replay.family import model_family
+from reasonwire.contracts.artefacts import ArtefactRecord, ArtefactSubtype
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.replay import ReplayTarget
+from reasonwire.workers.replay.family import model_family
 
 # -- outcomes ------------------------------------------------------------------------
 
@@ -817,7 +817,7 @@ def metadata_hint(metadata: Mapping[str, Any] | None, key: str) -> Any:
     reasonwire puts non-opaque provider identity (OpenAI item ids, message phase,
     Gemini minted-id flags) under ``metadata.reasonwire`` of the start events; a
     client that copies start-event metadata onto its messages (as
-    :class:`workers.consumer.AgUiConsumer` does) returns it. Hints never decide
+    :class:`reasonwire.workers.consumer.AgUiConsumer` does) returns it. Hints never decide
     what opaque state goes where — only ids and labels that make items exact.
     """
     if not isinstance(metadata, Mapping):

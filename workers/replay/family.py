@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 
-from contracts.grammars import Grammar
+from reasonwire.contracts.grammars import Grammar
 
 _ANTHROPIC = (re.compile(r"[-@]\d{8}$"), re.compile(r"-latest$"))
 _OPENAI = (re.compile(r"-\d{4}-\d{2}-\d{2}$"), re.compile(r"-latest$"))

@@ -41,8 +41,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from contracts.grammars import Grammar
-from workers.replay.core import (
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.workers.replay.core import (
     AssistantTurn,
     Call,
     Conversation,

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from contracts.grammars import Grammar
-from workers.replay.core import (
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.workers.replay.core import (
     AssistantTurn,
     Call,
     Conversation,

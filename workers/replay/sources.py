@@ -1,7 +1,7 @@
 """Where a replay's artefacts come from: the thread's Redis records, or a file written offline.
 
 Adapters, not core: the core takes records however they were read. Redis keys are
-tenant-namespaced (``contracts.store``), so reading ``(tenant, thread)`` can only
+tenant-namespaced (``reasonwire.contracts.store``), so reading ``(tenant, thread)`` can only
 ever return that tenant's records — a replay cannot cross tenants by construction.
 """
 
@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from contracts.artefacts import ArtefactRecord
+from reasonwire.contracts.artefacts import ArtefactRecord
 
 if TYPE_CHECKING:  # the offline path needs no Redis client
-    from workers.store import ArtefactStore
+    from reasonwire.workers.store import ArtefactStore
 
 
 class ArtefactFileError(ValueError):

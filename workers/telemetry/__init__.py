@@ -11,14 +11,14 @@ exporter entry point, ``OTEL_EXPORTER_OTLP_*``, ``OTEL_SERVICE_NAME``,
 unset exporter variable means *no export*; the guards are installed either way:
 
 * every exporting span processor is wrapped in a
-  :class:`~workers.telemetry.guard.GuardedSpanProcessor` (allowlisted attributes,
+  :class:`~reasonwire.workers.telemetry.guard.GuardedSpanProcessor` (allowlisted attributes,
   no foreign span events, no exception text);
 * every metric data point keeps only allowlisted attribute keys (an SDK View);
 * the log guard redacts registered content from every log record, whichever
   library logs it.
 
-The :class:`~workers.telemetry.registry.OpaqueRegistry` is filled by the
-worker's hooks (:mod:`workers.telemetry.normalizer`) with the content it
+The :class:`~reasonwire.workers.telemetry.registry.OpaqueRegistry` is filled by the
+worker's hooks (:mod:`reasonwire.workers.telemetry.normalizer`) with the content it
 handles. Tests inject an ``InMemorySpanExporter`` and an ``InMemoryMetricReader``
 and keep the providers local (``install_global=False``).
 """
@@ -39,9 +39,9 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 
-from workers.telemetry.guard import ContentGuard, GuardedCounter, GuardedHistogram, GuardedSpanProcessor, LogGuard
-from workers.telemetry.registry import OpaqueRegistry
-from workers.telemetry.vocabulary import METRIC_ATTRIBUTES, RW_GUARD_SIGNAL
+from reasonwire.workers.telemetry.guard import ContentGuard, GuardedCounter, GuardedHistogram, GuardedSpanProcessor, LogGuard
+from reasonwire.workers.telemetry.registry import OpaqueRegistry
+from reasonwire.workers.telemetry.vocabulary import METRIC_ATTRIBUTES, RW_GUARD_SIGNAL
 
 __all__ = ["Telemetry", "setup_telemetry", "OpaqueRegistry"]
 

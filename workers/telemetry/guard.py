@@ -8,7 +8,7 @@ attribute. So every exit is guarded by code, whatever produced the data:
 
 * **Spans** — :class:`GuardedSpanProcessor` wraps each exporting processor and
   hands it a sanitized copy of every ended span: attribute keys outside the
-  allowlist (:data:`workers.telemetry.vocabulary.ATTRIBUTES`) are dropped, and
+  allowlist (:data:`reasonwire.workers.telemetry.vocabulary.ATTRIBUTES`) are dropped, and
   so is any value that breaks its key's rule (fixed vocabulary, expected shape,
   type) or contains registered content; span events other than ours are
   dropped — ``exception`` events (message and stack trace) included; a status
@@ -24,7 +24,7 @@ attribute. So every exit is guarded by code, whatever produced the data:
   when they are created. The filter logs ``bytes`` arguments as their size
   (they are payloads: aiokafka logs every record it sends, at DEBUG) and
   replaces any stretch of registered content
-  (:class:`workers.telemetry.registry.OpaqueRegistry`) in the message (after
+  (:class:`reasonwire.workers.telemetry.registry.OpaqueRegistry`) in the message (after
   ``%`` formatting, so the other ``args`` are covered), the exception text
   (formatted once here, redacted, and the raw ``exc_info`` dropped so no
   handler formats it again), the stack info and string extras.
@@ -43,8 +43,8 @@ from opentelemetry.metrics import Counter, Histogram, NoOpCounter, NoOpHistogram
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import Link, Status
 
-from workers.telemetry.registry import OpaqueRegistry
-from workers.telemetry.vocabulary import (
+from reasonwire.workers.telemetry.registry import OpaqueRegistry
+from reasonwire.workers.telemetry.vocabulary import (
     ATTRIBUTES,
     EVENT_NAMES,
     METRIC_ATTRIBUTES,

@@ -52,7 +52,7 @@ only for batches that succeeded, so a redelivered poll is not counted twice.
 
 Registering content. Before the store or the broker can fail with content in
 an exception, :meth:`BatchTrace.stepped` registers in the
-:class:`~workers.telemetry.registry.OpaqueRegistry` every artefact value,
+:class:`~reasonwire.workers.telemetry.registry.OpaqueRegistry` every artefact value,
 every ``encryptedValue`` and the readable reasoning text of the poll — as the
 core hands them over on each Step (``Step.secrets``, ``Step.reasoning``: the
 translator's events before audience filtering, so reasoning no audience sees
@@ -76,8 +76,8 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from contracts import topics
-from contracts.envelope import (
+from reasonwire.contracts import topics
+from reasonwire.contracts.envelope import (
     DEFAULT_TENANT,
     HEADER_MODEL,
     HEADER_PROVIDER,
@@ -86,12 +86,12 @@ from contracts.envelope import (
     HEADER_TENANT,
     HEADER_THREAD_ID,
 )
-from contracts.grammars import Grammar
-from contracts.usage import UsageRecord
-from workers.core.delivery import DeadLetterCode
-from workers.core.normalizer import RawRecord, Step
-from workers.telemetry import Telemetry
-from workers.telemetry import vocabulary as v
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.usage import UsageRecord
+from reasonwire.workers.core.delivery import DeadLetterCode
+from reasonwire.workers.core.normalizer import RawRecord, Step
+from reasonwire.workers.telemetry import Telemetry
+from reasonwire.workers.telemetry import vocabulary as v
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _TRACEPARENT, _TRACESTATE = "traceparent", "tracestate"
@@ -629,7 +629,7 @@ _DLQ_LABELS = (v.RW_DLQ_CAUSE, v.RW_DLQ_CODE)
 
 def _dead_letter_labels(step: Step) -> tuple[str, str]:
     """(cause, code): ``envelope`` when no run could be named, else the core's code; the code is
-    the record's ``rw-dlq-code`` header (``workers.core.delivery.DeadLetterCode``)."""
+    the record's ``rw-dlq-code`` header (``reasonwire.workers.core.delivery.DeadLetterCode``)."""
     if step.dead_letter is not None:
         code = step.dead_letter.value
     else:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from contracts.grammars import Grammar
-from workers.telemetry import Telemetry
-from workers.telemetry import vocabulary as v
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.workers.telemetry import Telemetry
+from reasonwire.workers.telemetry import vocabulary as v
 
 
 class ReplayTelemetry:

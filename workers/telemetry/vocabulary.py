@@ -1,6 +1,6 @@
 """Every name reasonwire's telemetry may carry: span names, attribute keys and their value rules.
 
-This table *is* the allowlist the guards enforce (:mod:`workers.telemetry.guard`):
+This table *is* the allowlist the guards enforce (:mod:`reasonwire.workers.telemetry.guard`):
 an attribute whose key is not here is dropped; a value that breaks its key's
 rule (wrong type, a string outside its fixed vocabulary or its expected shape)
 is dropped. No rule admits free text, so readable reasoning, answer text, tool
@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from contracts import topics
-from contracts.grammars import Grammar
-from workers.core.delivery import DeadLetterCode
+from reasonwire.contracts import topics
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.workers.core.delivery import DeadLetterCode
 
 # -- span names -----------------------------------------------------------------------
 
@@ -90,7 +90,7 @@ RW_RECORD_ARTEFACTS = "reasonwire.record.artefacts"
 RW_RECORD_UNKNOWN_EVENTS = "reasonwire.record.unknown_events"
 RW_DLQ_CAUSE = "reasonwire.dlq.cause"
 RW_DLQ_CODE = "reasonwire.dlq.code"
-"""The dead letter's ``rw-dlq-code`` header (:class:`workers.core.delivery.DeadLetterCode`)."""
+"""The dead letter's ``rw-dlq-code`` header (:class:`reasonwire.workers.core.delivery.DeadLetterCode`)."""
 RW_RECORD_DEAD_LETTERS = "reasonwire.record.dead_letters"
 RW_ARTEFACT_KIND = "reasonwire.artefact.kind"
 RW_ARTEFACT_SUBTYPE = "reasonwire.artefact.subtype"
@@ -102,7 +102,7 @@ RW_WARNING_LINE = "reasonwire.warning.line"
 RW_REPLAY_DROP_REASON = "reasonwire.replay.drop_reason"
 RW_GUARD_SIGNAL = "reasonwire.guard.signal"
 RW_COMPONENT = "reasonwire.component"
-"""What failed: ``redis``, ``kafka``, ``store`` (lost data), ``network`` or ``worker`` (workers.health)."""
+"""What failed: ``redis``, ``kafka``, ``store`` (lost data), ``network`` or ``worker`` (reasonwire.workers.health)."""
 RW_GUARD_DROPPED = "reasonwire.guard.dropped"
 """On a span the guard altered: how many attributes, events or texts it removed."""
 

@@ -11,15 +11,15 @@ import importlib
 import importlib.util
 from functools import cache
 
-from contracts.grammars import Grammar
-from workers.core.translator import Translator
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.workers.core.translator import Translator
 
 _REGISTRY: dict[Grammar, tuple[str, str]] = {
-    Grammar.ANTHROPIC_MESSAGES: ("workers.translators.anthropic_messages", "AnthropicMessagesTranslator"),
-    Grammar.OPENAI_RESPONSES: ("workers.translators.openai_responses", "OpenAIResponsesTranslator"),
-    Grammar.GEMINI_GENERATE_CONTENT: ("workers.translators.gemini_generate_content", "GeminiGenerateContentTranslator"),
-    Grammar.GEMINI_INTERACTIONS: ("workers.translators.gemini_interactions", "GeminiInteractionsTranslator"),
-    Grammar.BEDROCK_CONVERSE: ("workers.translators.bedrock_converse", "BedrockConverseTranslator"),
+    Grammar.ANTHROPIC_MESSAGES: ("reasonwire.workers.translators.anthropic_messages", "AnthropicMessagesTranslator"),
+    Grammar.OPENAI_RESPONSES: ("reasonwire.workers.translators.openai_responses", "OpenAIResponsesTranslator"),
+    Grammar.GEMINI_GENERATE_CONTENT: ("reasonwire.workers.translators.gemini_generate_content", "GeminiGenerateContentTranslator"),
+    Grammar.GEMINI_INTERACTIONS: ("reasonwire.workers.translators.gemini_interactions", "GeminiInteractionsTranslator"),
+    Grammar.BEDROCK_CONVERSE: ("reasonwire.workers.translators.bedrock_converse", "BedrockConverseTranslator"),
 }
 
 

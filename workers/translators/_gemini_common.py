@@ -35,9 +35,9 @@ from typing import Any, ClassVar
 
 import orjson
 
-from contracts.usage import TokenCounts
-from workers.core.errors import optional, require, token_count
-from workers.core.translator import Translator
+from reasonwire.contracts.usage import TokenCounts
+from reasonwire.workers.core.errors import optional, require, token_count
+from reasonwire.workers.core.translator import Translator
 
 THOUGHT_KIND = "summary"
 """Provenance of Gemini's readable reasoning (P1): thought summaries, never raw reasoning."""

@@ -44,12 +44,12 @@ from typing import Any
 
 import orjson
 
-from contracts.artefacts import ArtefactSubtype, NativeBlock
-from contracts.grammars import Grammar
-from contracts.usage import TokenCounts
-from workers.core.artefacts import HeldArtefact
-from workers.core.errors import ProviderGrammarError, optional, require, token_count
-from workers.core.translator import Translator
+from reasonwire.contracts.artefacts import ArtefactSubtype, NativeBlock
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.usage import TokenCounts
+from reasonwire.workers.core.artefacts import HeldArtefact
+from reasonwire.workers.core.errors import ProviderGrammarError, optional, require, token_count
+from reasonwire.workers.core.translator import Translator
 
 _SKIPPED_BLOCKS = frozenset(
     {

@@ -51,11 +51,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from contracts.artefacts import ArtefactSubtype, NativeBlock
-from contracts.grammars import Grammar
-from workers.core.artefacts import HeldArtefact
-from workers.core.errors import ProviderGrammarError, optional, require
-from workers.translators._gemini_common import GeminiTranslator, UsageFields, arguments_json
+from reasonwire.contracts.artefacts import ArtefactSubtype, NativeBlock
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.workers.core.artefacts import HeldArtefact
+from reasonwire.workers.core.errors import ProviderGrammarError, optional, require
+from reasonwire.workers.translators._gemini_common import GeminiTranslator, UsageFields, arguments_json
 
 SIGNATURE_KIND = "gemini.interactions.thought.signature"
 

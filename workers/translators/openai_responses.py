@@ -81,12 +81,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from contracts.artefacts import ArtefactSubtype, NativeBlock
-from contracts.grammars import Grammar
-from contracts.usage import TokenCounts
-from workers.core.artefacts import HeldArtefact
-from workers.core.errors import ProviderGrammarError, optional, require, token_count
-from workers.core.translator import Translator
+from reasonwire.contracts.artefacts import ArtefactSubtype, NativeBlock
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.usage import TokenCounts
+from reasonwire.workers.core.artefacts import HeldArtefact
+from reasonwire.workers.core.errors import ProviderGrammarError, optional, require, token_count
+from reasonwire.workers.core.translator import Translator
 
 ENCRYPTED_CONTENT_KIND = "openai.reasoning.encrypted_content"
 PART_SEPARATOR = "\n\n"

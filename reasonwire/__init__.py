@@ -1,0 +1,66 @@
+"""reasonwire: provider reasoning streams → AG-UI 1.0 events, opaque reasoning state kept byte
+for byte and given back on the next turn.
+
+The public library API, importable as ``from reasonwire import …``:
+
+* :func:`translator_for` — the sans-I/O translator of one provider grammar (feed raw events,
+  get AG-UI events and artefact records);
+* :func:`replay` and :class:`ReplayTarget` — the provider-native request fragment for the
+  next turn, from the AG-UI history a client holds and the stored artefacts;
+* :class:`AgUiConsumer` — folds AG-UI events into the message history a client holds;
+* :class:`Publisher` — the ingress client: one ``async with publisher.run(...)`` per run.
+
+The implementation lives in ``reasonwire.workers`` (runtime) and ``reasonwire.contracts``
+(every shape that crosses a process boundary). In the repository they are the top-level
+folders ``workers/`` and ``contracts/``; pyproject.toml installs them under this package so
+a wheel puts one import name, ``reasonwire``, in site-packages.
+
+Names are imported on first use (PEP 562), so ``import reasonwire`` stays cheap: the
+ingress client pulls in aiokafka, the translators do not.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+_SOURCE_TREE = Path(__file__).resolve().parent.parent
+if (_SOURCE_TREE / "pyproject.toml").is_file() and (_SOURCE_TREE / "workers" / "cli.py").is_file():
+    # Run from a checkout (tests, `python -m reasonwire.workers.cli`, an editable install):
+    # ``reasonwire.workers`` and ``reasonwire.contracts`` are this checkout's top-level folders.
+    # Without this, an editable install's finder would map them to the checkout it was
+    # installed from, so a second clone or worktree sharing a venv would run another tree's
+    # code. An installed wheel has no pyproject.toml beside the package, and its own
+    # ``reasonwire/workers`` is found in ``__path__`` first.
+    __path__.append(str(_SOURCE_TREE))
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from reasonwire.workers.consumer import AgUiConsumer
+    from reasonwire.workers.ingress_client import Publisher
+    from reasonwire.workers.replay import ReplayTarget, replay
+    from reasonwire.workers.translators import translator_for
+
+_PUBLIC: dict[str, str] = {
+    "translator_for": "reasonwire.workers.translators",
+    "replay": "reasonwire.workers.replay",
+    "ReplayTarget": "reasonwire.workers.replay",
+    "AgUiConsumer": "reasonwire.workers.consumer",
+    "Publisher": "reasonwire.workers.ingress_client",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module the first time it is asked for."""
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'reasonwire' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
