@@ -76,8 +76,10 @@ run: $(STAMP) ## the whole pipeline on the sample streams: services, worker, pub
 # The gateway's end-to-end tests drive the real @ag-ui/client (Node) and Debian's chromium; they
 # skip, saying so, where node / chromium are missing. `make test` runs this first (root, apt).
 e2e-deps: ## install what the gateway e2e tests need: Node.js + npm, chromium (apt), the pinned npm packages
-	@command -v node >/dev/null && command -v npm >/dev/null && command -v chromium >/dev/null || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm chromium >/dev/null; }
+	@# only what is missing: a machine whose Node.js and npm come from elsewhere (NodeSource) cannot
+	@# take Debian's npm beside them ("held broken packages"), and would then get no chromium either
+	@missing=$$(for c in node:nodejs npm:npm chromium:chromium; do command -v $${c%%:*} >/dev/null || printf '%s ' $${c#*:}; done); \
+	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 	@test -d tests/e2e_node/node_modules || (cd tests/e2e_node && npm ci --no-audit --no-fund --loglevel=error)
 
 gateway: $(STAMP) ## run `reasonwire gateway` (AG-UI SSE, HttpAgent endpoint, HTTP ingress, viewer) on GATEWAY_PORT (8780); keys from RW_GATEWAY_KEYS(_FILE)
