@@ -10,6 +10,10 @@ round measures every kind in turn:
   (records/s) and the consumer's CPU per record;
 * ``--mode latency``: ``--rate`` records/s for 4 s, latency per output p50 / p99 (ms).
 
+``io-floor`` (:mod:`bench.io_floor`) works here as in ``make bench``: its table of outputs and
+Redis commands is precomputed from this run's backlog, which it gets unchanged every round
+(drain mode only).
+
 A kind is ``KIND[@REV][+VAR=value…]``: ``KIND`` as ``make bench`` names it (``worker``,
 ``passthrough``, ``worker-no-telemetry``, …); ``@REV`` runs that git revision of this
 repository (checked out into a temporary worktree, removed afterwards) instead of the
@@ -28,6 +32,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import pickle
 import shutil
 import statistics
 import subprocess
@@ -41,6 +46,7 @@ from typing import Any
 
 from bench import e2e
 
+IO_FLOOR = "io-floor"  # bench.io_floor: the worker's I/O without its logic, fed a precomputed table
 GRAMMARS = ("anthropic-messages", "openai-responses", "gemini-generate-content", "gemini-interactions", "bedrock-converse")
 
 
@@ -85,6 +91,9 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
     live: list[tuple[Kind, Any, Any]] = []
     created: list[str] = []
     results: dict[str, list[tuple[float, float]]] = {k.spec: [] for k in kinds}
+    base = e2e.traffic(GRAMMARS, records if mode == "drain" else int(rate * 4), seed=12, tag=f"{tag}-x", map_events=mode == "latency")
+    floor = logs / f"{tag}-io-floor-traffic.pickle"
+    floor.write_bytes(pickle.dumps([(r.key, r.value, r.headers) for r in base.records]))
     with worktrees({k.rev for k in kinds if k.rev}) as trees:
         try:
             for i, k in enumerate(kinds):
@@ -92,17 +101,20 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
                 created += stage.all_topics()
                 saved = e2e.ROOT
                 e2e.ROOT = trees[k.rev] if k.rev else saved  # the consumer process runs from that tree
+                env = {"RW_BENCH_FLOOR_TRAFFIC": str(floor), **k.env} if k.kind == IO_FLOOR else k.env
                 try:
-                    live.append((k, await e2e.start_live(k.kind, stage, logs, k.env), stage))
+                    live.append((k, await e2e.start_live(k.kind, stage, logs, env), stage))
                 finally:
                     e2e.ROOT = saved
-            for i, (_, consumer, stage) in enumerate(live):  # first-use costs out of every round
-                await e2e.drain_live(consumer, stage, e2e.traffic(GRAMMARS, 3000, seed=5, tag=f"{tag}-warm{i}").records)
-            base = e2e.traffic(GRAMMARS, records if mode == "drain" else int(rate * 4), seed=12, tag=f"{tag}-x", map_events=mode == "latency")
+            for i, (k, consumer, stage) in enumerate(live):  # first-use costs out of every round
+                warm = base.records[:3000] if k.kind == IO_FLOOR else e2e.traffic(GRAMMARS, 3000, seed=5, tag=f"{tag}-warm{i}").records
+                await e2e.drain_live(consumer, stage, warm)
             for r in range(rounds):
                 for i, (k, consumer, stage) in enumerate(live):
                     new = f"{tag}-{r}-{i}"
-                    batch = e2e.retag(base.records, f"{tag}-x", new)
+                    # the floor's table is precomputed for exactly these records: it gets them again
+                    # every round (its Redis keys are overwritten, which costs what new ones would)
+                    batch = base.records if k.kind == IO_FLOOR else e2e.retag(base.records, f"{tag}-x", new)
                     if mode == "drain":
                         out = await e2e.drain_live(consumer, stage, batch)
                         figures = (out["records_per_s"], out["cpu_us_per_record"])
@@ -118,6 +130,7 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
             for _, consumer, _ in live:
                 consumer.stop()
             await e2e.delete_topics(bootstrap, created)
+            floor.unlink(missing_ok=True)
     return results
 
 
@@ -133,6 +146,9 @@ def main() -> int:
         print("python -m bench.ab: set KAFKA_BOOTSTRAP_SERVERS and REDIS_URL (deploy/services.sh up)", file=sys.stderr)
         return 2
     kinds = [Kind.parse(spec) for spec in args.kinds.split(",") if spec]
+    if args.mode == "latency" and any(k.kind == IO_FLOOR for k in kinds):
+        print("python -m bench.ab: io-floor has no latency mode (it replays one precomputed backlog); use --mode drain", file=sys.stderr)
+        return 2
     results = asyncio.run(run(kinds, args.mode, args.rounds, args.records, args.rate))
     unit = ("records/s", "µs CPU per record") if args.mode == "drain" else ("p50 ms", "p99 ms")
     for spec, figures in results.items():

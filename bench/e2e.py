@@ -56,6 +56,7 @@ worker's percentile minus the passthrough's at the same rate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import re
@@ -65,7 +66,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -351,8 +352,8 @@ async def start_live(kind: str, stage: Stage, logs: Path, extra_env: dict[str, s
 
 
 async def drain_live(consumer: Consumer, stage: Stage, records: Sequence[Record]) -> dict[str, Any]:
-    """One round: the backlog produced to a running consumer; the committed-offset slope after
-    the backlog is fully produced (see :func:`drain`), counted from this round's start. Also the
+    """One round: the backlog produced while the consumer is frozen (:func:`frozen`), then the
+    committed-offset slope from its thaw (see :func:`drain`), counted from this round's start. Also the
     consumer process's CPU per record (user + system, from the backlog's first record to its
     last commit: idle polling before and after is left out only as far as the round is)."""
     total = len(records)
@@ -362,7 +363,9 @@ async def drain_live(consumer: Consumer, stage: Stage, records: Sequence[Record]
     try:
         base = await _committed(admin, stage.group)
         cpu_before = process_cpu_s(consumer.proc.pid)
-        await produce(stage.bootstrap, stage.source, records)
+        started = time.monotonic()
+        with frozen([consumer]):
+            await produce(stage.bootstrap, stage.source, records)
         produced_at = time.monotonic()
         deadline = time.monotonic() + 120
         done = 0
@@ -374,7 +377,13 @@ async def drain_live(consumer: Consumer, stage: Stage, records: Sequence[Record]
         cpu_used = process_cpu_s(consumer.proc.pid) - cpu_before
     finally:
         await admin.close()
-    return {"kind": consumer.kind, "records": total, "cpu_us_per_record": 1e6 * cpu_used / total, **_slope(samples, total, produced_at)}
+    return {
+        "kind": consumer.kind,
+        "records": total,
+        "cpu_us_per_record": 1e6 * cpu_used / total,
+        "produce_s": produced_at - started,
+        **_slope(samples, total, produced_at),
+    }
 
 
 def process_cpu_s(pid: int) -> float:
@@ -393,8 +402,8 @@ async def _committed(admin: AIOKafkaAdminClient, group: str) -> int:
 
 
 async def drain(stage: Stage, kind: str, workers: int, records: Sequence[Record], logs: Path, *, profile_s: float = 0) -> dict[str, Any]:
-    """Consumers up and holding their partitions, then the backlog; the committed-offset slope
-    after the backlog is fully produced is the throughput (the producer no longer competes)."""
+    """Consumers up and holding their partitions, then the backlog (produced while they are
+    frozen, :func:`frozen`); the committed-offset slope after it is the throughput."""
     await create_topics(stage)
     total = len(records)
     consumers = [Consumer(kind, stage, logs / f"{stage.name}-{i}.log") for i in range(workers)]
@@ -404,7 +413,8 @@ async def drain(stage: Stage, kind: str, workers: int, records: Sequence[Record]
     spy: subprocess.Popen[bytes] | None = None
     try:
         await wait_assigned(consumers)
-        await produce(stage.bootstrap, stage.source, records)
+        with frozen(consumers):
+            await produce(stage.bootstrap, stage.source, records)
         produced_at = time.monotonic()
         if profile_s:
             spy = _py_spy(consumers[0].proc.pid, profile_s, logs / f"{stage.name}.pyspy.txt")
@@ -425,6 +435,28 @@ async def drain(stage: Stage, kind: str, workers: int, records: Sequence[Record]
     return {"kind": kind, "processes": workers, "records": total, **_slope(samples, total, produced_at)}
 
 
+@contextlib.contextmanager
+def frozen(consumers: Sequence[Consumer]) -> Iterator[None]:
+    """The consumer processes stopped (SIGSTOP) while the backlog is produced, thawed after.
+
+    A drain round measures consumption, not the race between one Python producer and the
+    consumer: on an idle host a pipelined passthrough drained 20–26k records/s, faster than
+    the backlog could be produced, so the consumer was always caught up and the round had no
+    slope to measure ("the backlog drained before it was fully produced"). Frozen, the
+    consumer finds the whole backlog waiting, whatever the host's speed, and a stopped
+    process spends no CPU, so CPU per record is unchanged. Its group membership survives as
+    long as producing takes less than the session timeout (aiokafka's default is 10 s;
+    ``produce_s`` in each round's result says how long it took)."""
+    pids = [c.proc.pid for c in consumers]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
 def _slope(samples: list[tuple[float, int]], total: int, produced_at: float) -> dict[str, Any]:
     """Records per second from the later of (backlog produced, 10 % done) to 90 % done."""
     if not samples or samples[-1][1] < 0.9 * total:
@@ -436,7 +468,7 @@ def _slope(samples: list[tuple[float, int]], total: int, produced_at: float) -> 
             break
     end_t, end_n = next((t, n) for t, n in samples if n >= 0.9 * total)
     if end_t <= start_t:
-        raise RuntimeError("the backlog drained before it was fully produced: make it larger")
+        raise RuntimeError("the backlog drained between two samples: make it larger")
     return {
         "records_per_s": (end_n - start_n) / (end_t - start_t),
         "window_s": end_t - start_t,

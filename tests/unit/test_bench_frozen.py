@@ -1,0 +1,33 @@
+"""bench.e2e.frozen: a drain round's consumers are stopped while the backlog is produced and
+thawed after, even when producing fails (issue 27: on an idle host the consumer outran the
+producer and the round had no slope to measure)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from bench.e2e import frozen
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_consumers_are_stopped_inside_and_running_after_even_on_error() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    consumer = SimpleNamespace(proc=proc)
+    try:
+        with frozen([consumer]):  # type: ignore[list-item]
+            assert _state(proc.pid) == "T"
+        assert _state(proc.pid) in ("S", "R")
+        with pytest.raises(RuntimeError), frozen([consumer]):  # type: ignore[list-item]
+            raise RuntimeError("producing failed")
+        assert _state(proc.pid) in ("S", "R")
+    finally:
+        proc.kill()
+        proc.wait()
