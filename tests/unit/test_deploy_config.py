@@ -27,7 +27,7 @@ def worker_env() -> dict[str, str]:
 def test_worker_names_an_otlp_exporter_for_traces_and_metrics(worker_env: dict[str, str]) -> None:
     """Unset means no export (docs/telemetry.md), so compose must name them."""
     assert worker_env["OTEL_TRACES_EXPORTER"] == "otlp"
-    assert worker_env["OTEL_METRICS_EXPORTER"] == "otlp"
+    assert worker_env["OTEL_METRICS_EXPORTER"].split(",") == ["otlp", "prometheus"]  # and /metrics (issue 23 item 6)
     assert worker_env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "grpc"
 
 

@@ -83,3 +83,17 @@ def test_item2_helm_lint_strict_passes_with_the_job_and_without_it(helm: str) ->
     for extra in ((), ("--set", "topics.job.enabled=false"), ("--set", "secret.existingSecret=mine")):
         out = subprocess.run([helm, "lint", "--strict", str(CHART), *extra], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_item6_pods_are_scraped_at_metrics_and_the_workers_serve_prometheus(helm: str) -> None:
+    docs = _render(helm, "gateway.enabled=true", "health.port=9123")
+    [config] = _by_kind(docs, "ConfigMap").values()
+    assert "prometheus" in config["data"]["OTEL_METRICS_EXPORTER"].split(",")
+    ports = {"rw-reasonwire-normalizer": "9123", "rw-reasonwire-replay": "9123", "rw-reasonwire-gateway": "8000"}
+    for name, deployment in _by_kind(docs, "Deployment").items():
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        assert (annotations["prometheus.io/scrape"], annotations["prometheus.io/port"], annotations["prometheus.io/path"]) == ("true", ports[name], "/metrics")
+    off = _render(helm, "metrics.enabled=false")
+    [config] = _by_kind(off, "ConfigMap").values()
+    assert "OTEL_METRICS_EXPORTER" not in config["data"]
+    assert all("prometheus.io/scrape" not in d["spec"]["template"]["metadata"]["annotations"] for d in _by_kind(off, "Deployment").values())

@@ -117,6 +117,9 @@ KAFKA_SSL_KEYFILE: /etc/reasonwire/kafka-tls/tls.key
 RW_PARTITIONS: {{ .Values.partitions | quote }}
 RW_HEALTH_PORT: {{ .Values.health.port | quote }}
 RW_REDIS_CLUSTER: {{ ternary "1" "0" .Values.redis.cluster | quote }}
+{{- if .Values.metrics.enabled }}
+OTEL_METRICS_EXPORTER: {{ .Values.metrics.exporters | quote }}
+{{- end }}
 {{- range $k, $v := .Values.config }}
 {{ $k }}: {{ $v | quote }}
 {{- end }}
@@ -129,5 +132,15 @@ REDIS_URL: {{ .Values.redis.url | quote }}
 {{- if $v }}
 {{ $k }}: {{ $v | quote }}
 {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod annotations for Prometheus' kubernetes_sd "prometheus.io/*" convention: GET /metrics on the
+     health port (workers) or the HTTP port (gateway); metrics.enabled=false leaves them off. */}}
+{{- define "reasonwire.scrape" -}}
+{{- if .root.Values.metrics.enabled }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .port | quote }}
+prometheus.io/path: /metrics
 {{- end }}
 {{- end -}}
