@@ -246,7 +246,7 @@ class HealthServer:
         config = uvicorn.Config(
             self.app(), lifespan="off", access_log=False, log_config=None, log_level="warning", timeout_graceful_shutdown=2,
         )
-        self._server = _InLoopServer(config)
+        self._server = _in_loop_server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="reasonwire-health")
         while not self._server.started and not self._task.done():
             await asyncio.sleep(0.005)
@@ -261,19 +261,18 @@ class HealthServer:
         self._server = self._task = None
 
 
-class _InLoopServer:
-    """uvicorn's ``Server`` without its signal handlers (made lazily: uvicorn is imported only
-    where a health port is served)."""
+def _in_loop_server(config: Any) -> Any:
+    """uvicorn's ``Server`` without its signal handlers: while it serves, uvicorn would replace
+    FastStream's SIGTERM / SIGINT handlers with its own (and re-raise the signal only once the
+    health server stopped). Built here so uvicorn is imported only where a port is served."""
+    import uvicorn
 
-    def __new__(cls, config: Any) -> Any:
-        import uvicorn
+    class InLoopServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:  # FastStream's handlers stay in charge
+            yield
 
-        class Server(uvicorn.Server):
-            @contextlib.contextmanager
-            def capture_signals(self) -> Iterator[None]:  # FastStream's handlers stay in charge
-                yield
-
-        return Server(config)
+    return InLoopServer(config)
 
 
 def _json(status: int, body: dict[str, Any]) -> Any:

@@ -106,3 +106,25 @@ async def test_item2_missing_topics_report_not_ready_and_wait_with_one_log_line(
     waiting = [r for r in caplog.records if "missing Kafka topics" in r.getMessage()]
     assert len(waiting) == 1 and waiting[0].levelno == logging.WARNING and "reasonwire topics apply" in waiting[0].getMessage()
     assert any("topics are there" in r.getMessage() for r in caplog.records)
+
+
+async def test_item16_the_health_server_leaves_the_process_signal_handlers_to_faststream() -> None:
+    """uvicorn's own ``serve()`` takes SIGTERM / SIGINT over while it runs; the worker's drain
+    on SIGTERM is FastStream's, so the health server must not touch them."""
+    import signal
+
+    async def ready() -> dict[str, Any]:
+        return {"ready": True}
+
+    def mine(signum: int, frame: Any) -> None:
+        raise AssertionError("not sent in this test")
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    server = HealthServer(ready, host="127.0.0.1", port=0)
+    try:
+        await server.start()
+        assert (await _get(server.port, "/healthz")).status_code == 200
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        await server.stop()
+        signal.signal(signal.SIGTERM, previous)

@@ -564,7 +564,7 @@ class BatchTrace:
         model = usage.model
         tally.add(owner.runs_ended, provider, _RUN_LABELS, (usage.end, model))
         t = usage.tokens
-        answer = t.output_tokens - (t.reasoning_tokens or 0) if t.output_tokens is not None else None
+        answer = max(0, t.output_tokens - (t.reasoning_tokens or 0)) if t.output_tokens is not None else None
         for kind, count in (("input", t.input_tokens), ("reasoning", t.reasoning_tokens), ("answer", answer)):
             if count:
                 tally.add(owner.tokens, provider, _TOKEN_LABELS, (kind, model), count)
