@@ -77,17 +77,20 @@ async def test_item6_worker_and_gateway_metrics_move_when_records_flow_and_the_d
         async with publisher.run(provider="anthropic-messages", run_id=run_id, thread_id=thread_id, tenant="acme", model="claude-opus-4-5") as run:
             for line in CAPTURE.read_text().splitlines():
                 await run.send(line)
-    await producer.send_and_wait(topics.RAW, b"not an envelope", key=b"no-headers")  # a dead letter: invalid_envelope
+    bad_key = f"no-headers-{uuid.uuid4().hex[:8]}".encode()
+    await producer.send_and_wait(topics.RAW, b"not an envelope", key=bad_key)  # a dead letter: invalid_envelope
     async with Collector(primed_group.kafka_bootstrap_servers) as c:
-        await c.until(lambda c: c.finished(run_id) and c.dlq, timeout=60)
+        await c.until(lambda c: c.finished(run_id) and any(key == bad_key for key, _, _ in c.dlq), timeout=60)
     async with httpx.AsyncClient(timeout=60) as client:
         seen = await read_sse(client, f"{gateway.url}/v1/threads/{thread_id}/runs/{run_id}/events", auth("acme-public"))
     assert seen.status == 200 and seen.events
 
-    # the worker hands its summed counts to the SDK about once a second (metric_flush_s)
+    # the worker hands its summed counts to the SDK about once a second (metric_flush_s); the
+    # group is the session's, so records other tests left uncommitted may be counted here too
     def moved() -> str | None:
         text = scrape(worker_url)
-        return text if total(text, "reasonwire_runs_ended_total") >= 1 and total(text, "reasonwire_dlq_records_total") >= 1 else None
+        ended = total(text, "reasonwire_runs_ended_total", reasonwire_run_outcome="finished", gen_ai_provider_name="anthropic")
+        return text if ended >= 1 and total(text, "reasonwire_dlq_records_total", reasonwire_dlq_code="invalid_envelope") >= 1 else None
 
     after = until(moved)
     assert after, scrape(worker_url)
@@ -95,12 +98,12 @@ async def test_item6_worker_and_gateway_metrics_move_when_records_flow_and_the_d
 
     anthropic = {"gen_ai_provider_name": "anthropic"}
     assert total(after, "reasonwire_records_total", reasonwire_record_outcome="translated", **anthropic) > total(before, "reasonwire_records_total", reasonwire_record_outcome="translated", **anthropic)
-    assert total(after, "reasonwire_runs_ended_total", reasonwire_run_outcome="finished", **anthropic) == 1
+    assert total(after, "reasonwire_runs_ended_total", reasonwire_run_outcome="finished", **anthropic) >= 1
     assert total(after, "reasonwire_dlq_records_total", reasonwire_dlq_code="invalid_envelope") >= 1
     assert total(after, "reasonwire_usage_tokens_total", reasonwire_token_type="reasoning", **anthropic) > 0
     assert total(after, "reasonwire_usage_tokens_total", reasonwire_token_type="answer", **anthropic) > 0
-    assert total(after, "reasonwire_run_time_to_first_reasoning_seconds_count", **anthropic) == 1
-    assert total(after, "reasonwire_run_time_to_first_text_seconds_count", **anthropic) == 1
+    assert total(after, "reasonwire_run_time_to_first_reasoning_seconds_count", **anthropic) >= 1
+    assert total(after, "reasonwire_run_time_to_first_text_seconds_count", **anthropic) >= 1
     assert re.search(r'gen_ai_response_model="[^"]+"', after)
     assert total(after, "reasonwire_poll_duration_seconds_count") > total(before, "reasonwire_poll_duration_seconds_count")
     assert "reasonwire_consumer_lag{" in after
