@@ -1,4 +1,4 @@
-"""The worker's health: failure classification, the log throttle, ``/healthz`` + ``/readyz``, metrics.
+"""The worker's health: failure classification, the log throttle, ``/healthz`` + ``/readyz`` + ``/metrics``, metrics.
 
 Adapter code around the pure :mod:`reasonwire.workers.core.backoff` (issue 13, findings 4 and 5):
 
@@ -11,13 +11,22 @@ Adapter code around the pure :mod:`reasonwire.workers.core.backoff` (issue 13, f
   (logger, level, message template) per window and adds to the next one how many
   were suppressed in between.
 * :class:`HealthServer` serves ``GET /healthz`` (the process and its event loop
-  answer) and ``GET /readyz`` (Redis answers ``PING``, the broker answers a
-  metadata request, the worker is not degraded, the consumer has started) on
-  ``RW_HEALTH_PORT`` (``0`` disables). It is a minimal asyncio HTTP/1.0 server,
-  not FastStream's ``AsgiFastStream``: the worker runs ``FastStream.run()`` in its
-  own asyncio loop (``reasonwire worker normalize``), and an ASGI app would need
-  an ASGI server (uvicorn, not a dependency) to own that loop instead; two
-  fixed routes do not justify either.
+  answer), ``GET /readyz`` (Redis answers ``PING``, the broker answers a
+  metadata request, the worker is not degraded, the consumer has started; or why
+  it waits, e.g. for missing topics) and ``GET /metrics`` (Prometheus, when
+  ``OTEL_METRICS_EXPORTER`` names ``prometheus``: :mod:`reasonwire.workers.metrics`)
+  on ``RW_HEALTH_PORT`` (``0`` disables). It is a Starlette app served by uvicorn
+  (both are dependencies: the gateway runs on them) inside the worker's own event
+  loop, beside ``FastStream.run()``: uvicorn's ``Server`` on a socket bound here,
+  without its signal handling (FastStream's handles SIGTERM and drains; uvicorn's
+  would take the signals over while it runs). Its cost on the hot path is uvicorn's
+  tick, a 0.1 s sleep in the loop (ten wake-ups a second), and the requests
+  themselves: a probe every few seconds, a scrape every 15–60 s, whose collection
+  runs in a worker thread (a sync endpoint).
+* :func:`wait_for_topics` — a worker that finds its topics missing (``RW_CREATE_TOPICS``
+  unset, the topics Job or init step not done yet) reports not ready and waits for
+  them, with one log line, instead of exiting (a crash loop under a Deployment or
+  ``restart: unless-stopped``; issue 23 item 2).
 * :class:`HealthMetrics` — failed polls, retries and store losses (counters) and
   consumer lag per partition (an observable gauge), through the guarded
   telemetry (P8: attributes from the allowlist only).
@@ -29,8 +38,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 import orjson
 from aiokafka.errors import KafkaError
@@ -40,6 +49,7 @@ from reasonwire.workers.core.backoff import Failure
 from reasonwire.workers.store import StoreLost
 
 log = logging.getLogger("reasonwire.health")
+T = TypeVar("T")
 
 # -- classification ----------------------------------------------------------------------
 
@@ -157,58 +167,147 @@ def install_log_throttle(window_s: float = 30.0) -> LogThrottle:
 # -- the HTTP probes -------------------------------------------------------------------------
 
 Probe = Callable[[], Awaitable[dict[str, Any]]]
+Scrape = Callable[[], "bytes | None"]
+
+NO_METRICS = "no metrics here: set OTEL_METRICS_EXPORTER=prometheus (or otlp,prometheus) to serve them"
 
 
 class HealthServer:
-    """``/healthz`` and ``/readyz`` over plain HTTP/1.0 (see the module docstring for why)."""
+    """``/healthz``, ``/readyz`` and ``/metrics`` on Starlette + uvicorn, in the caller's event
+    loop (see the module docstring for how and what it costs).
 
-    def __init__(self, readiness: Probe, *, host: str = "0.0.0.0", port: int = 8080) -> None:  # noqa: S104 (a probe port)
+    ``readiness`` answers ``/readyz`` (a body with ``ready``); while :attr:`waiting` is set, the
+    worker is waiting for something before it can start (missing topics), and ``/readyz`` says
+    so without asking the probe. ``metrics`` returns the Prometheus text, or None (404)."""
+
+    def __init__(
+        self, readiness: Probe, *, host: str = "0.0.0.0", port: int = 8080, metrics: Scrape | None = None,  # noqa: S104 (a probe port)
+    ) -> None:
         self.readiness = readiness
         self.host = host
         self.port = port
-        self._server: asyncio.AbstractServer | None = None
+        self.metrics = metrics
+        self.waiting: dict[str, Any] | None = None
+        """Why the worker is not started yet (``{"topics_missing": [...]}``), else None."""
+        self._server: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    def app(self) -> Any:
+        """The ASGI app (Starlette): the three routes, JSON 404 elsewhere."""
+        from starlette.applications import Starlette
+        from starlette.routing import Route
+
+        async def not_found(request: Any, exc: Exception) -> Any:
+            return _json(404, {"error": "not found: try /healthz, /readyz or /metrics"})
+
+        routes = [
+            Route("/healthz", self._healthz, methods=["GET"]),
+            Route("/readyz", self._readyz, methods=["GET"]),
+            Route("/metrics", self._metrics, methods=["GET"]),
+        ]
+        return Starlette(routes=routes, exception_handlers={404: not_found})
+
+    async def _healthz(self, request: Any) -> Any:
+        return _json(200, {"status": "alive"})  # answering at all proves the loop runs
+
+    async def _readyz(self, request: Any) -> Any:
+        if self.waiting is not None:
+            return _json(503, {"ready": False, **self.waiting})
+        try:
+            body = await asyncio.wait_for(self.readiness(), 5.0)
+        except Exception as exc:  # a probe that cannot even be answered is "not ready", not a crash
+            return _json(503, {"ready": False, "error": type(exc).__name__})
+        return _json(200 if body.get("ready") else 503, body)
+
+    def _metrics(self, request: Any) -> Any:
+        """Sync on purpose: Starlette runs it in a worker thread, so a collection does not hold
+        the event loop (the SDK's readers are thread-safe; the lag gauge observes a snapshot)."""
+        from starlette.responses import Response
+
+        from reasonwire.workers.metrics import CONTENT_TYPE
+
+        text = self.metrics() if self.metrics is not None else None
+        if text is None:
+            return _json(404, {"error": NO_METRICS})
+        return Response(text, media_type=CONTENT_TYPE)
 
     async def start(self) -> None:
+        import socket
+
+        import uvicorn
+
         try:
-            self._server = await asyncio.start_server(self._serve, self.host, self.port)
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            sock = socket.create_server((self.host, self.port), family=family)
         except OSError as exc:  # the port is taken: the probes fail visibly; the worker still works
             log.warning("health probes not served: port %d: %s (set RW_HEALTH_PORT)", self.port, type(exc).__name__)
             return
-        self.port = self._server.sockets[0].getsockname()[1]  # port 0 in tests: the one chosen
-        log.info("health probes on http://%s:%d/healthz and /readyz", self.host, self.port)
+        self.port = sock.getsockname()[1]  # port 0 in tests: the one chosen
+        config = uvicorn.Config(
+            self.app(), lifespan="off", access_log=False, log_config=None, log_level="warning", timeout_graceful_shutdown=2,
+        )
+        self._server = _in_loop_server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="reasonwire-health")
+        while not self._server.started and not self._task.done():
+            await asyncio.sleep(0.005)
+        log.info("health probes on http://%s:%d/healthz and /readyz (metrics: /metrics)", self.host, self.port)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(self._task, 5.0)
+        self._server = self._task = None
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+
+def _in_loop_server(config: Any) -> Any:
+    """uvicorn's ``Server`` without its signal handlers: while it serves, uvicorn would replace
+    FastStream's SIGTERM / SIGINT handlers with its own (and re-raise the signal only once the
+    health server stopped). Built here so uvicorn is imported only where a port is served."""
+    import uvicorn
+
+    class InLoopServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:  # FastStream's handlers stay in charge
+            yield
+
+    return InLoopServer(config)
+
+
+def _json(status: int, body: dict[str, Any]) -> Any:
+    from starlette.responses import Response
+
+    try:
+        payload = orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError as exc:
+        status, payload = 503, orjson.dumps({"ready": False, "error": type(exc).__name__})
+    return Response(payload, status_code=status, media_type="application/json")
+
+
+async def wait_for_topics(ensure: Callable[[], Awaitable[T]], health: HealthServer | None = None, *, interval_s: float = 5.0) -> T:
+    """``ensure()`` (create or check the topics), again every ``interval_s`` while it finds
+    topics missing: one warning line when the wait starts, ``/readyz`` 503 naming them meanwhile,
+    one line when they are there. ``RW_CREATE_TOPICS=true`` creates them on the first call."""
+    from reasonwire.workers.topics_admin import TopicsMissing
+
+    waited = False
+    while True:
         try:
-            request = await asyncio.wait_for(reader.readline(), 2.0)
-            parts = request.decode("latin-1").split()
-            path = parts[1] if len(parts) >= 2 else ""
-            if path == "/healthz":
-                status, body = 200, {"status": "alive"}  # answering at all proves the loop runs
-            elif path == "/readyz":
-                body = await asyncio.wait_for(self.readiness(), 5.0)
-                status = 200 if body.get("ready") else 503
-            else:
-                status, body = 404, {"error": "not found: try /healthz or /readyz"}
-        except Exception as exc:  # a probe that cannot even be answered is "not ready", not a crash
-            status, body = 503, {"ready": False, "error": type(exc).__name__}
-        try:
-            payload = orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
-        except TypeError as exc:
-            status, payload = 503, orjson.dumps({"ready": False, "error": type(exc).__name__})
-        reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[status]
-        with contextlib.suppress(Exception):
-            writer.write(
-                f"HTTP/1.0 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
-                + payload
-            )
-            await writer.drain()
-            writer.close()
+            result = await ensure()
+        except TopicsMissing as exc:
+            if health is not None:
+                health.waiting = {"topics_missing": exc.names}
+            if not waited:
+                log.warning("not ready: %s; waiting for them (checked every %gs)", exc, interval_s)
+                waited = True
+            await asyncio.sleep(interval_s)
+            continue
+        if health is not None:
+            health.waiting = None
+        if waited:
+            log.info("the topics are there: starting")
+        return result
 
 
 # -- metrics -----------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from reasonwire.workers import topics_admin
 from reasonwire.workers.core.backoff import Backoff, Degradation, Report
 from reasonwire.workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
 from reasonwire.workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step
-from reasonwire.workers.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle
+from reasonwire.workers.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle, wait_for_topics
 from reasonwire.workers.kafka_security import broker_security, client_kwargs, servers
 from reasonwire.workers.partitions import partition_of
 from reasonwire.workers.redis_connect import connect, redis_wait
@@ -753,7 +753,10 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
 
     @app.on_startup
     async def _topics() -> None:
-        await ensure_topics(settings)
+        if settings.health_port:  # first: /readyz says what the worker waits for (issue 23 item 2); /metrics
+            expiry["health"] = HealthServer(lambda: readiness(worker), port=settings.health_port, metrics=traces.telemetry.scrape)
+            await expiry["health"].start()
+        await wait_for_topics(lambda: ensure_topics(settings), expiry.get("health"))  # missing: not ready, wait
         await store.claim_epoch(lost=await group_has_offsets(settings))
         await warn_unless_durable(store)
         try:
@@ -764,9 +767,6 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
             bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", enable_idempotence=True, linger_ms=2, **client_kwargs()
         )
         await worker.producer.start()
-        if settings.health_port:
-            expiry["health"] = HealthServer(lambda: readiness(worker), port=settings.health_port)
-            await expiry["health"].start()
 
     @app.after_startup
     async def _start_expiry() -> None:

@@ -31,7 +31,7 @@ from reasonwire.contracts.artefacts import ArtefactRecord
 from reasonwire.contracts.replay import ReplayIssue, ReplayReply, ReplayRequest
 from reasonwire.contracts.topic_plan import plan
 from reasonwire.workers import topics_admin
-from reasonwire.workers.health import HealthServer
+from reasonwire.workers.health import HealthServer, wait_for_topics
 from reasonwire.workers.kafka_security import broker_security, servers
 from reasonwire.workers.redis_connect import connect
 from reasonwire.workers.replay import ReplayError, read_history, replay
@@ -157,7 +157,8 @@ async def replay_readiness(broker: KafkaBroker, store: ArtefactStore) -> dict[st
 
 def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | None = None) -> tuple[FastStream, ReplayWorker]:
     settings = settings or WorkerSettings.from_env()
-    metrics = ReplayTelemetry(telemetry or setup_telemetry())
+    telemetry = telemetry or setup_telemetry()
+    metrics = ReplayTelemetry(telemetry)
     broker = KafkaBroker(servers(settings.kafka_bootstrap_servers), acks="all", enable_idempotence=True, security=broker_security())
     store = ArtefactStore(connect(settings.redis_url), artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
     worker = ReplayWorker(broker, store, metrics)
@@ -177,10 +178,10 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
 
     @app.on_startup
     async def _topics() -> None:
-        await ensure_replay_topics(settings)
-        if settings.health_port:  # the same probes as the normalizer's (deploy/helm: liveness, readiness)
-            health["server"] = HealthServer(lambda: replay_readiness(broker, store), port=settings.health_port)
+        if settings.health_port:  # the same probes as the normalizer's (deploy/helm: liveness, readiness), and /metrics
+            health["server"] = HealthServer(lambda: replay_readiness(broker, store), port=settings.health_port, metrics=telemetry.scrape)
             await health["server"].start()
+        await wait_for_topics(lambda: ensure_replay_topics(settings), health.get("server"))  # missing: not ready, wait (issue 23 item 2)
 
     @app.on_shutdown
     async def _close() -> None:

@@ -27,7 +27,7 @@ def worker_env() -> dict[str, str]:
 def test_worker_names_an_otlp_exporter_for_traces_and_metrics(worker_env: dict[str, str]) -> None:
     """Unset means no export (docs/telemetry.md), so compose must name them."""
     assert worker_env["OTEL_TRACES_EXPORTER"] == "otlp"
-    assert worker_env["OTEL_METRICS_EXPORTER"] == "otlp"
+    assert worker_env["OTEL_METRICS_EXPORTER"].split(",") == ["otlp", "prometheus"]  # and /metrics (issue 23 item 6)
     assert worker_env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "grpc"
 
 
@@ -69,3 +69,18 @@ def test_worker_image_copies_every_file_the_build_reads() -> None:
         if line.startswith("COPY "):
             copied.update(line.split()[1:-1])
     assert needed <= copied
+
+
+def test_item2_compose_creates_the_topics_in_an_init_step_the_worker_waits_for() -> None:
+    """Issue 23 item 2: a one-shot `reasonwire topics apply` with the worker's image and partitions;
+    the worker starts only once it completed successfully (no crash loop on a first `up`)."""
+    services = load("compose.yaml")["services"]
+    topics, worker = services["topics"], services["worker"]
+    assert topics["command"] == ["reasonwire", "topics", "apply"]
+    assert topics["image"] == worker["image"] and topics["build"] == worker["build"]
+    assert topics["restart"] == "no"
+    assert worker["depends_on"]["topics"] == {"condition": "service_completed_successfully"}
+    assert topics["depends_on"]["kafka"] == {"condition": "service_healthy"}
+    assert topics["environment"]["KAFKA_BOOTSTRAP_SERVERS"] == worker["environment"]["KAFKA_BOOTSTRAP_SERVERS"]
+    assert topics["environment"]["RW_PARTITIONS"] == worker["environment"]["RW_PARTITIONS"]
+    assert worker["environment"].get("RW_CREATE_TOPICS", "false") == "false"

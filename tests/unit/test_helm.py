@@ -44,17 +44,27 @@ def helm() -> str:
     return _helm()
 
 
+KEDA = ("normalizer.keda.enabled=true", "--api-versions=keda.sh/v1alpha1")
+"""KEDA on, on a cluster that serves its API (the chart refuses a ScaledObject elsewhere)."""
+
+
 def _render(helm: str, *sets: str) -> list[dict[str, Any]]:
+    """``helm template`` with ``--set`` for each ``a=b``; an item starting with ``--`` is a flag."""
     args = [helm, "template", "rw", str(CHART)]
     for s in sets:
-        args += ["--set", s]
+        args += [s] if s.startswith("--") else ["--set", s]
     out = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
-def _by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
-    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+def _by_kind(docs: list[dict[str, Any]], kind: str, *, hooks: bool = False) -> dict[str, dict[str, Any]]:
+    """The release's resources of ``kind`` by name; ``hooks``: the hook resources (the topics Job's) instead."""
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind and _is_hook(d) == hooks}
+
+
+def _is_hook(doc: dict[str, Any]) -> bool:
+    return "helm.sh/hook" in (doc["metadata"].get("annotations") or {})
 
 
 def _container(deployment: dict[str, Any]) -> dict[str, Any]:
@@ -96,7 +106,7 @@ def test_grace_period_is_longer_than_a_drain(helm: str) -> None:
 
 
 def test_keda_scaledobject_scales_the_normalizer_on_lag_capped_at_partitions(helm: str) -> None:
-    docs = _render(helm, "partitions=12", "normalizer.groupId=g1", "kafka.bootstrapServers=k1:9092")
+    docs = _render(helm, *KEDA, "partitions=12", "normalizer.groupId=g1", "kafka.bootstrapServers=k1:9092")
     [scaled] = _by_kind(docs, "ScaledObject").values()
     assert scaled["spec"]["scaleTargetRef"]["name"] == "rw-reasonwire-normalizer"
     assert scaled["spec"]["maxReplicaCount"] == 12
@@ -114,7 +124,7 @@ def test_keda_scaledobject_scales_the_normalizer_on_lag_capped_at_partitions(hel
 def test_raw_topic_name_in_chart_matches_contracts(helm: str) -> None:
     from reasonwire.contracts import topics
 
-    [scaled] = _by_kind(_render(helm), "ScaledObject").values()
+    [scaled] = _by_kind(_render(helm, *KEDA), "ScaledObject").values()
     assert scaled["spec"]["triggers"][0]["metadata"]["topic"] == topics.RAW
 
 
@@ -153,6 +163,6 @@ def test_existing_secret_and_tls_mount(helm: str) -> None:
 
 
 def test_min_replicas_above_partitions_is_refused(helm: str) -> None:
-    out = subprocess.run([helm, "template", "rw", str(CHART), "--set", "partitions=2", "--set", "normalizer.keda.minReplicaCount=3"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([helm, "template", "rw", str(CHART), "--set", "partitions=2", "--set", "normalizer.keda.minReplicaCount=3", *KEDA[1:], "--set", KEDA[0]], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     assert "larger than partitions" in out.stderr

@@ -45,6 +45,7 @@ from reasonwire.workers.gateway.fanout import Fanout, RunLog
 from reasonwire.workers.gateway.keys import Audience, KeyBook, Principal
 from reasonwire.workers.ingress_client import IngressError, Publisher
 from reasonwire.workers.kafka_security import KafkaSecurityError, client_kwargs, security_failure, witness
+from reasonwire.workers.metrics import gateway_metrics
 from reasonwire.workers.redis_connect import connect
 from reasonwire.workers.topics_admin import replication_factor
 
@@ -315,6 +316,7 @@ def create_app(settings: GatewaySettings | None = None, keys: KeyBook | None = N
         Route("/v1/ingest/{provider}", ingest, methods=["POST"]),
         Route("/v1/viewer", viewer, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", gateway_metrics, methods=["GET"]),  # Prometheus (reasonwire.workers.metrics; issue 23 item 6)
     ]
     return Starlette(routes=routes, lifespan=lifespan)
 

@@ -8,7 +8,11 @@ the standard ``OTEL_*`` environment (``OTEL_TRACES_EXPORTER`` /
 exporter entry point, ``OTEL_EXPORTER_OTLP_*``, ``OTEL_SERVICE_NAME``,
 ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``, ``OTEL_BSP_*``,
 ``OTEL_METRIC_EXPORT_INTERVAL``). Unlike the SDK's own auto-configuration, an
-unset exporter variable means *no export*; the guards are installed either way:
+unset exporter variable means *no export*. ``prometheus`` among the metrics
+exporters (alone or beside ``otlp``: ``otlp,prometheus``) adds a pull reader
+whose registry the worker's health port serves as ``GET /metrics``
+(:meth:`Telemetry.scrape`), not the SDK's own HTTP server on a second port.
+The guards are installed either way:
 
 * every exporting span processor is wrapped in a
   :class:`~reasonwire.workers.telemetry.guard.GuardedSpanProcessor` (allowlisted attributes,
@@ -58,6 +62,18 @@ class Telemetry:
     tracer_provider: TracerProvider | trace.NoOpTracerProvider
     meter_provider: MeterProvider | metrics.NoOpMeterProvider
     log_guard: LogGuard
+    prometheus: Any = None
+    """The ``prometheus_client`` registry of the pull reader (``OTEL_METRICS_EXPORTER`` names
+    ``prometheus``), else None: then nothing is served at ``/metrics``."""
+
+    def scrape(self) -> bytes | None:
+        """The metrics in Prometheus' text format (names and units converted by the OTel
+        Prometheus exporter), or None without a pull reader."""
+        if self.prometheus is None:
+            return None
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.prometheus)
 
     @property
     def tracing(self) -> bool:
@@ -103,9 +119,15 @@ def setup_telemetry(
     guard = ContentGuard(registry)
     resource = _resource()
 
-    readers = [PeriodicExportingMetricReader(e) for e in exporters_from_env("metrics", env)]
+    readers: list[MetricReader] = [PeriodicExportingMetricReader(e) for e in exporters_from_env("metrics", env)]
     if metric_reader is not None:
         readers.append(metric_reader)
+    prometheus = None
+    if PULL_EXPORTER in _names("metrics", env):
+        from reasonwire.workers.metrics import prometheus_reader
+
+        reader, prometheus = prometheus_reader()
+        readers.append(reader)
     # Nothing reads the metrics or exports the spans: no-op providers, so the hot path does not
     # aggregate data points or build spans nobody sees (docs/benchmarks.md: about half of the
     # worker's CPU). The guards below stay on either way.
@@ -139,21 +161,30 @@ def setup_telemetry(
     if install_global:
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
-    return Telemetry(registry, guard, tracer_provider, meter_provider, log_guard)
+    return Telemetry(registry, guard, tracer_provider, meter_provider, log_guard, prometheus)
 
 
-def _resource() -> Resource:
+def _resource(service: str = DEFAULT_SERVICE_NAME) -> Resource:
+    """``OTEL_RESOURCE_ATTRIBUTES`` / ``OTEL_SERVICE_NAME``, else ``service`` as the service name."""
     resource = Resource.create()
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
-        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
+        resource = resource.merge(Resource({SERVICE_NAME: service}))
     return resource
 
 
+PULL_EXPORTER = "prometheus"
+"""The metrics exporter name that is a pull reader (served at ``/metrics``), not a pushing exporter."""
+
+
+def _names(signal: str, env: Mapping[str, str]) -> list[str]:
+    return [n.strip() for n in env.get(f"OTEL_{signal.upper()}_EXPORTER", "none").split(",") if n.strip()]
+
+
 def exporters_from_env(signal: str, env: Mapping[str, str]) -> Iterator[Any]:
-    """Exporters named by ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` (unset = none)."""
-    names = [n.strip() for n in env.get(f"OTEL_{signal.upper()}_EXPORTER", "none").split(",") if n.strip()]
-    for name in names:
-        if name == "none":
+    """Pushing exporters named by ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` (unset = none;
+    ``prometheus`` is the pull reader :func:`setup_telemetry` adds, not one of these)."""
+    for name in _names(signal, env):
+        if name == "none" or (signal == "metrics" and name == PULL_EXPORTER):
             continue
         found = entry_points(group=f"opentelemetry_{signal}_exporter", name=_otlp_flavour(name, signal, env))
         if not found:

@@ -42,7 +42,10 @@ dead letters by code (``rw-dlq-code``), artefacts; histograms of the poll
 duration (start of the poll → commit) and of the end-to-end delay (the raw
 record's Kafka timestamp → its outputs acknowledged), measured once per
 partition per poll on the partition's oldest record in it (the poll's worst
-case there; per record it would cost a data point per record).
+case there; per record it would cost a data point per record). Per run, from the usage record
+of a run that ended (parsed once per run, only with a metric reader): runs ended by outcome,
+tokens by type (input, reasoning, answer — disjoint) and the times to the first reasoning and
+to the first answer text, labelled with the provider and the response model (issue 23 item 6).
 
 Errors. A batch that fails (Redis or the broker failed; the worker rewinds and
 the poll is redelivered) ends its process spans with status ERROR, the
@@ -249,6 +252,17 @@ class NormalizerTelemetry:
             unit="s",
             description="End to end: a raw record's Kafka timestamp to its outputs acknowledged (each partition's oldest record per poll)",
             buckets=SECONDS_BUCKETS,
+        )
+        # per run, from its usage record (issue 23 item 6: what seed 002 says operators must answer)
+        self.runs_ended = counter("reasonwire.runs.ended", unit="{run}", description="Runs ended, by outcome (the usage record's end)")
+        self.tokens = counter(
+            "reasonwire.usage.tokens", unit="{token}", description="Tokens of ended runs by type: input, reasoning, answer (output less reasoning)"
+        )
+        self.first_reasoning = histogram(
+            "reasonwire.run.time_to_first_reasoning", unit="s", description="A run's start to its first reasoning delta", buckets=SECONDS_BUCKETS
+        )
+        self.first_text = histogram(
+            "reasonwire.run.time_to_first_text", unit="s", description="A run's start to its first answer text delta", buckets=SECONDS_BUCKETS
         )
 
     def batch(self, records: Sequence[RawRecord]) -> BatchTrace:
@@ -461,6 +475,8 @@ class BatchTrace:
                 run.records += 1
                 run.events += events
             if step.run_ended:
+                if metering:
+                    self._run_metrics(provider, _usage_json(step))
                 del runs[key]  # type: ignore[arg-type]  # a record after the end is judged as one of no run held
                 if run.span is not None:
                     ended.append((run, _usage_json(step)))
@@ -534,7 +550,29 @@ class BatchTrace:
         if run is not None:
             run.events += sum(events.values())
         if step.run_ended:
+            if owner.metering:
+                self._run_metrics(provider, _usage_json(step))
             owner._end_run(step.run, "interrupted", _usage_json(step), now)  # type: ignore[arg-type]
+
+    def _run_metrics(self, provider: str | None, usage_json: bytes | None) -> None:
+        """An ended run's outcome, tokens by type and times to first reasoning / text, from its
+        usage record (parsed once per run, only when a metric reader is installed)."""
+        if usage_json is None:
+            return
+        owner, tally = self.owner, self._tally
+        usage = UsageRecord.model_validate_json(usage_json)
+        model = usage.model
+        tally.add(owner.runs_ended, provider, _RUN_LABELS, (usage.end, model))
+        t = usage.tokens
+        answer = max(0, t.output_tokens - (t.reasoning_tokens or 0)) if t.output_tokens is not None else None
+        for kind, count in (("input", t.input_tokens), ("reasoning", t.reasoning_tokens), ("answer", answer)):
+            if count:
+                tally.add(owner.tokens, provider, _TOKEN_LABELS, (kind, model), count)
+        labels = _present({v.GEN_AI_PROVIDER_NAME: provider, v.GEN_AI_RESPONSE_MODEL: model})
+        if usage.time_to_first_reasoning_ms is not None:
+            owner.first_reasoning.record(usage.time_to_first_reasoning_ms / 1e3, labels)
+        if usage.time_to_first_text_ms is not None:
+            owner.first_text.record(usage.time_to_first_text_ms / 1e3, labels)
 
     def _failed(self, exc: BaseException) -> None:
         """The batch raised: each traced run's process span ends in ERROR with the exception's type only."""
@@ -625,6 +663,8 @@ class _Tally:
 
 
 _DLQ_LABELS = (v.RW_DLQ_CAUSE, v.RW_DLQ_CODE)
+_RUN_LABELS = (v.RW_RUN_OUTCOME, v.GEN_AI_RESPONSE_MODEL)
+_TOKEN_LABELS = (v.RW_TOKEN_TYPE, v.GEN_AI_RESPONSE_MODEL)
 
 
 def _dead_letter_labels(step: Step) -> tuple[str, str]:

@@ -104,6 +104,9 @@ RW_GUARD_SIGNAL = "reasonwire.guard.signal"
 RW_COMPONENT = "reasonwire.component"
 """What failed: ``redis``, ``kafka``, ``store`` (lost data), ``network`` or ``worker`` (reasonwire.workers.health)."""
 RW_GUARD_DROPPED = "reasonwire.guard.dropped"
+RW_TOKEN_TYPE = "reasonwire.token.type"
+"""``input``, ``reasoning`` or ``answer`` (output tokens less reasoning): disjoint parts, so a sum
+over the types is the run's total (``gen_ai.token.type`` knows only input and output)."""
 """On a span the guard altered: how many attributes, events or texts it removed."""
 
 # -- value vocabularies ----------------------------------------------------------------
@@ -120,6 +123,7 @@ REPLAY_DROP_REASONS = frozenset({"foreign_issuer", "foreign_tenant", "incomplete
 GUARD_SIGNALS = frozenset({"span_attribute", "span_event", "span_name", "span_status", "span_link", "log"})
 TOPICS = frozenset(topics.ALL)
 COMPONENTS = frozenset({"redis", "kafka", "store", "network", "worker"})
+TOKEN_TYPES = frozenset({"input", "reasoning", "answer"})
 
 # -- value rules -----------------------------------------------------------------------
 
@@ -227,6 +231,7 @@ ATTRIBUTES: dict[str, Rule] = {
     RW_GUARD_SIGNAL: _one_of(GUARD_SIGNALS),
     RW_GUARD_DROPPED: COUNT,
     RW_COMPONENT: _one_of(COMPONENTS),
+    RW_TOKEN_TYPE: _one_of(TOKEN_TYPES),
 }
 
 METRIC_ATTRIBUTES = frozenset(
@@ -243,6 +248,9 @@ METRIC_ATTRIBUTES = frozenset(
         RW_COMPONENT,
         ERROR_TYPE,
         MESSAGING_DESTINATION_PARTITION_ID,
+        GEN_AI_RESPONSE_MODEL,
+        RW_RUN_OUTCOME,
+        RW_TOKEN_TYPE,
     }
 )
 """The only attribute keys a metric data point may carry (enforced by an SDK View)."""

@@ -100,3 +100,47 @@ affinity: {{- toYaml . | nindent 2 }}
 {{- end }}
 {{ include "reasonwire.tlsVolume" .root }}
 {{- end -}}
+
+{{/* The non-secret settings every component reads: the ConfigMap's data, and the topics Job's
+     pre-install copy of it (a pre-install hook runs before the release's ConfigMap exists). */}}
+{{- define "reasonwire.configData" -}}
+KAFKA_BOOTSTRAP_SERVERS: {{ .Values.kafka.bootstrapServers | quote }}
+KAFKA_SECURITY_PROTOCOL: {{ .Values.kafka.securityProtocol | quote }}
+{{- with .Values.kafka.saslMechanism }}
+KAFKA_SASL_MECHANISM: {{ . | quote }}
+{{- end }}
+{{- if .Values.kafka.tlsSecretName }}
+KAFKA_SSL_CAFILE: /etc/reasonwire/kafka-tls/ca.crt
+KAFKA_SSL_CERTFILE: /etc/reasonwire/kafka-tls/tls.crt
+KAFKA_SSL_KEYFILE: /etc/reasonwire/kafka-tls/tls.key
+{{- end }}
+RW_PARTITIONS: {{ .Values.partitions | quote }}
+RW_HEALTH_PORT: {{ .Values.health.port | quote }}
+RW_REDIS_CLUSTER: {{ ternary "1" "0" .Values.redis.cluster | quote }}
+{{- if .Values.metrics.enabled }}
+OTEL_METRICS_EXPORTER: {{ .Values.metrics.exporters | quote }}
+{{- end }}
+{{- range $k, $v := .Values.config }}
+{{ $k }}: {{ $v | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The Secret's stringData (REDIS_URL and the non-empty secret.values); see the configData note. */}}
+{{- define "reasonwire.secretData" -}}
+REDIS_URL: {{ .Values.redis.url | quote }}
+{{- range $k, $v := .Values.secret.values }}
+{{- if $v }}
+{{ $k }}: {{ $v | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod annotations for Prometheus' kubernetes_sd "prometheus.io/*" convention: GET /metrics on the
+     health port (workers) or the HTTP port (gateway); metrics.enabled=false leaves them off. */}}
+{{- define "reasonwire.scrape" -}}
+{{- if .root.Values.metrics.enabled }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .port | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+{{- end -}}
