@@ -74,7 +74,7 @@ from typing import Any
 from reasonwire.contracts.artefacts import ArtefactSubtype, NativeBlock
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.workers.core.artefacts import HeldArtefact
-from reasonwire.workers.core.errors import ProviderGrammarError, optional, require
+from reasonwire.workers.core.errors import ProviderGrammarError, optional, optional_index, require
 from reasonwire.workers.translators._gemini_common import GeminiTranslator, UsageFields, arguments_json
 
 SIGNATURE_KIND = "gemini.part.thoughtSignature"
@@ -163,7 +163,7 @@ class GeminiGenerateContentTranslator(GeminiTranslator):
             self._end_turn(blocked)
 
     def _on_candidate(self, candidate: dict[str, Any]) -> None:
-        index = optional(candidate, "index", int, where="candidate") or 0  # proto3 JSON omits index 0
+        index = optional_index(candidate, "index", where="candidate") or 0  # proto3 JSON omits index 0
         if index != 0:
             self.counters["skipped_candidates"] += 1
             self._warn("extra_candidate", f"candidate {index} skipped: a run translates candidate 0 only")
