@@ -13,7 +13,7 @@ tests build a client's history with it.
 Messages are built the way AG-UI clients apply events: a text, reasoning or
 tool-result event opens a message; ``TOOL_CALL_START`` adds a call to the
 message its ``parentMessageId`` names, or opens an assistant message for it;
-content and argument deltas append (a ``parentMessageId`` naming a message that is not an
+content and argument deltas append; an end event's ``metadata`` is merged in (a ``parentMessageId`` naming a message that is not an
 assistant message — a reasoning message, say — is warned about and the call filed under an
 assistant message of its own id, as ``@ag-ui/client`` does). The start event's ``metadata`` is kept on
 the message or call it opens (reasonwire puts continuity hints there, e.g.
@@ -367,6 +367,18 @@ class AgUiConsumer:
     def _activity_delta(self, event: Any) -> None:
         self.counters["activity_deltas_not_applied"] += 1
 
+    def _end(self, event: Any) -> None:
+        """An end event's ``metadata`` joins what the start event put on the message or call, as
+        ``@ag-ui/client`` merges it: reasonwire marks a unit an abnormal end cut off
+        (``reasonwire.incomplete``), and replay leaves such partial reasoning out (issue 25 item 2).
+        Our namespace is merged one level deeper, so the start's continuity hints stay."""
+        if not event.metadata:
+            return
+        call_id = getattr(event, "tool_call_id", None)
+        target: Any = self._find_call(call_id) if call_id is not None else self._find(event.message_id)
+        if target is not None and not isinstance(target, ActivityMessage):
+            target.metadata = _merged(target.metadata, event.metadata)
+
     def _ignored(self, event: Any) -> None:
         """No conversation content (lifecycle, spans, state, steps, custom, raw, subagents)."""
 
@@ -411,6 +423,14 @@ class AgUiConsumer:
         return out
 
 
+def _merged(held: Mapping[str, Any] | None, incoming: Mapping[str, Any]) -> dict[str, Any]:
+    merged = {**copy.deepcopy(dict(held or {})), **copy.deepcopy(dict(incoming))}
+    ours, theirs = (held or {}).get("reasonwire"), incoming.get("reasonwire")
+    if isinstance(ours, Mapping) and isinstance(theirs, Mapping):
+        merged["reasonwire"] = {**copy.deepcopy(dict(ours)), **copy.deepcopy(dict(theirs))}
+    return merged
+
+
 def _keep_unrestated_reasoning(before: list[Message], after: list[Message]) -> list[Message]:
     """A snapshot that restates no reasoning message at all does not speak for reasoning (most
     producers' snapshots carry user, assistant and tool messages only): the held reasoning
@@ -445,17 +465,17 @@ _TEXT_ROLES: dict[str, type[Any]] = {
 _HANDLERS: dict[str, Callable[[AgUiConsumer, Any], None]] = {
     EventType.TEXT_MESSAGE_START.value: AgUiConsumer._text_start,
     EventType.TEXT_MESSAGE_CONTENT.value: AgUiConsumer._text_content,
-    EventType.TEXT_MESSAGE_END.value: AgUiConsumer._ignored,
+    EventType.TEXT_MESSAGE_END.value: AgUiConsumer._end,
     EventType.TEXT_MESSAGE_CHUNK.value: AgUiConsumer._text_chunk,
     EventType.TOOL_CALL_START.value: AgUiConsumer._call_start,
     EventType.TOOL_CALL_ARGS.value: AgUiConsumer._call_args,
-    EventType.TOOL_CALL_END.value: AgUiConsumer._ignored,
+    EventType.TOOL_CALL_END.value: AgUiConsumer._end,
     EventType.TOOL_CALL_CHUNK.value: AgUiConsumer._call_chunk,
     EventType.TOOL_CALL_RESULT.value: AgUiConsumer._call_result,
     EventType.REASONING_START.value: AgUiConsumer._ignored,
     EventType.REASONING_MESSAGE_START.value: AgUiConsumer._reasoning_start,
     EventType.REASONING_MESSAGE_CONTENT.value: AgUiConsumer._reasoning_content,
-    EventType.REASONING_MESSAGE_END.value: AgUiConsumer._ignored,
+    EventType.REASONING_MESSAGE_END.value: AgUiConsumer._end,
     EventType.REASONING_MESSAGE_CHUNK.value: AgUiConsumer._reasoning_chunk,
     EventType.REASONING_END.value: AgUiConsumer._ignored,
     EventType.REASONING_ENCRYPTED_VALUE.value: AgUiConsumer._encrypted_value,

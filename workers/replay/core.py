@@ -530,7 +530,16 @@ def build_conversation(messages: Sequence[Message], continuity: Continuity, log:
         elif isinstance(message, UserMessage):
             turns.append(UserTurn(message))
         elif isinstance(message, ReasoningMessage):
-            assistant_turn().units.append(Reasoning(message=message, **unit_state(ArtefactSubtype.MESSAGE, message.id)))
+            state = unit_state(ArtefactSubtype.MESSAGE, message.id)
+            if _interrupted(message, state["artefacts"], state["excluded"]):
+                log.warn(
+                    "interrupted_reasoning",
+                    f"reasoning {message.id} was cut off when its run was interrupted (partial, never signed): "
+                    "shown to the user, not replayed",
+                    entity_id=message.id,
+                )
+                continue
+            assistant_turn().units.append(Reasoning(message=message, **state))
         elif isinstance(message, AssistantMessage):
             turn = assistant_turn()
             if message.content or continuity.had_state((ArtefactSubtype.MESSAGE, message.id)):
@@ -566,9 +575,79 @@ def build_conversation(messages: Sequence[Message], continuity: Continuity, log:
             last.results.append(ToolResult(message, call))
         else:  # activity messages are progress, not conversation content
             log.counters["activity_messages_skipped"] += 1
+    turns = leave_out_unanswered(turns, calls, log)
     conversation = Conversation(turns, continuity.target, continuity, log, calls)
     restore_unseen(conversation)
     return conversation
+
+
+def _interrupted(message: ReasoningMessage, artefacts: list[ArtefactRecord], excluded: list[Exclusion]) -> bool:
+    """Whether a reasoning message is the partial reasoning of an interrupted run (issue 25 item 2).
+
+    The client says so: reasonwire marks a unit closed by an abnormal end
+    (``REASONING_MESSAGE_END.metadata.reasonwire.incomplete``), and a client that keeps event
+    metadata on its messages (``@ag-ui/client`` merges it; ``AgUiConsumer`` too) holds the mark.
+    Or the store does: every record of the message is incomplete (its unit never closed). Either
+    way nothing of it can go back — the provider never signed it — and it is no part of the turn
+    a later, retried run produced."""
+    if artefacts:
+        return False
+    if metadata_hint(message.metadata, "incomplete") is True:
+        return True
+    return bool(excluded) and all(e.reason == "incomplete_artefact" for e in excluded)
+
+
+def leave_out_unanswered(turns: list[Turn], calls: dict[str, Call], log: ReplayLog) -> list[Turn]:
+    """Tool calls the history never answers, left out with what only they justified (issue 25 item 1).
+
+    A call with no tool message for it — in practice the call of a run that failed or was cut off
+    after the call was complete, which the client therefore never ran — cannot go back: every
+    provider rejects an assistant call without its result (OpenAI "No tool output found for
+    function call", Anthropic "tool_use ids were found without tool_result blocks", Bedrock
+    ValidationException; Gemini and Interactions pair each call with its response). So:
+
+    * the call is left out, warned (``unanswered_tool_call``, naming the call id);
+    * the reasoning that led to it and to nothing else — reasoning units left at the end of
+      the turn once its unanswered calls are gone (an OpenAI reasoning item whose following
+      item was the call, a Claude thinking block before a ``tool_use``) — goes with it
+      (``unanswered_call_reasoning``);
+    * when that turn is the last thing in the history (the client retries the same
+      messages), the whole turn is left out: the retry produces it again, and what is left of
+      it would be a prefilled assistant message the thinking models refuse.
+    """
+    answered = {r.call.entity_id for t in turns if isinstance(t, ToolResults) for r in t.results}
+    kept: list[Turn] = []
+    for position, turn in enumerate(turns):
+        if not isinstance(turn, AssistantTurn):
+            kept.append(turn)
+            continue
+        unanswered = [u for u in turn.calls if u.entity_id not in answered]
+        if not unanswered:
+            kept.append(turn)
+            continue
+        for call in unanswered:
+            calls.pop(call.entity_id, None)
+            log.warn(
+                "unanswered_tool_call",
+                f"tool call {call.entity_id} has no result in the history (its run ended before the tool ran): "
+                "left out, with what only it justified — the provider rejects a call without its result",
+                entity_id=call.entity_id,
+            )
+        units = [u for u in turn.units if all(u is not c for c in unanswered)]
+        last = position == len(turns) - 1
+        while units and (last or isinstance(units[-1], Reasoning)):
+            unit = units.pop()
+            if isinstance(unit, Reasoning):
+                log.warn(
+                    "unanswered_call_reasoning",
+                    f"reasoning {unit.entity_id} led only to an unanswered tool call: left out with it",
+                    entity_id=unit.entity_id,
+                )
+            else:
+                log.counters["unanswered_turn_units"] += 1
+        if units:
+            kept.append(AssistantTurn(units))
+    return kept
 
 
 def restore_unseen(conversation: Conversation) -> None:

@@ -1,0 +1,234 @@
+"""Issue 25: the next request after things go wrong, with the history the real @ag-ui/client holds.
+
+Each case builds the provider streams from a fixture (cut where production cuts them, with the
+grammar's own error event), translates them as the worker does, applies the AG-UI events through
+``@ag-ui/client`` 1.0 (``tests/agui_client.py``) the way a UI holds them — failed runs included —
+and replays. The request must be one the provider's documented rules accept.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reasonwire.contracts.artefacts import ArtefactRecord
+from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.replay import ReplayTarget
+from reasonwire.workers.replay import FRAGMENT_KEY, ProviderWouldReject, replay
+from reasonwire.workers.sse import read_events
+from tests.agui_client import client_messages
+from tests.conformance.oracle import LOCAL_FIXTURES, Output, assert_valid_stream, translate_lines
+from tests.unit.test_replay_roundtrip import expected_of, request_model
+
+ALL = list(Grammar)
+
+ERROR_LINE: dict[Grammar, dict[str, Any]] = {
+    Grammar.OPENAI_RESPONSES: {
+        "type": "response.failed",
+        "sequence_number": 9000,
+        "response": {"id": "resp_failed", "status": "failed", "output": [], "error": {"code": "server_error", "message": "failed"}},
+    },
+    Grammar.ANTHROPIC_MESSAGES: {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+    Grammar.BEDROCK_CONVERSE: {"modelStreamErrorException": {"message": "interrupted", "originalStatusCode": 529}},
+    Grammar.GEMINI_GENERATE_CONTENT: {"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}},
+    Grammar.GEMINI_INTERACTIONS: {"event_type": "error", "error": {"code": "unavailable", "message": "overloaded"}},
+}
+"""Each grammar's mid-stream error (OpenAI ``response.failed``, Anthropic ``overloaded_error``,
+Bedrock ``modelStreamErrorException``, Gemini 503, Interactions ``error``; REFERENCE §1.5–§5.2)."""
+
+
+def fixture_lines(grammar: Grammar, name: str = "b_reasoning_then_tool_call") -> list[str]:
+    with (LOCAL_FIXTURES / grammar.value / f"{name}.jsonl").open(encoding="utf-8") as f:
+        return [e.data if isinstance(e.data, str) else e.data.decode() for e in read_events(f)]
+
+
+def translate(grammar: Grammar, lines: list[str], run_id: str) -> Output:
+    model = request_model(expected_of(LOCAL_FIXTURES / grammar.value / "b_reasoning_then_tool_call.jsonl"))
+    out = translate_lines(grammar.value, [line.encode() for line in lines], model=model, run_id=run_id)
+    assert_valid_stream(out.events)
+    return out
+
+
+def cut_after(grammar: Grammar, lines: list[str], event_type: str) -> list[str]:
+    """The stream up to (and including) the first provider event that makes ``event_type`` appear."""
+    for n in range(1, len(lines) + 1):
+        out = translate_lines(grammar.value, [line.encode() for line in lines[:n]])
+        if any(e["type"] == event_type for e in out.events[:-1]):  # [:-1]: not the RUN_ERROR finish() adds
+            return lines[:n]
+    raise AssertionError(f"{grammar.value}: no {event_type}")
+
+
+def renamed(grammar: Grammar, lines: list[str], suffix: str) -> list[str]:
+    """The same stream as another response: its response id and tool-call ids made distinct."""
+    out = translate_lines(grammar.value, [line.encode() for line in lines])
+    names = [out.translator.response_id] + [e["toolCallId"] for e in out.events if e["type"] == "TOOL_CALL_START"]
+    text = "\n".join(lines)
+    for name in {n for n in names if n and ":" not in n}:  # minted ids follow the response id
+        text = text.replace(name, f"{name}{suffix}")
+    return text.split("\n")
+
+
+def target(grammar: Grammar) -> ReplayTarget:
+    return ReplayTarget(grammar=grammar, model=request_model(expected_of(LOCAL_FIXTURES / grammar.value / "b_reasoning_then_tool_call.jsonl")))
+
+
+def run_step(run_id: str, out: Output) -> dict[str, Any]:
+    return {"runId": run_id, "events": out.events}
+
+
+def call_ids(out: Output) -> list[str]:
+    return [e["toolCallId"] for e in out.events if e["type"] == "TOOL_CALL_START"]
+
+
+def unanswered_calls(grammar: Grammar, fragment: dict[str, Any]) -> list[str]:
+    """Calls in the fragment with no result after them: what every provider rejects (issue 25 item 1).
+    Gemini generateContent pairs by position: a model call count above the following responses'."""
+    items = fragment[FRAGMENT_KEY[grammar]]
+    text = json.dumps(items)
+    if grammar is Grammar.GEMINI_GENERATE_CONTENT:
+        calls = sum(1 for c in items if c["role"] == "model" for p in c["parts"] if "functionCall" in p)
+        answers = sum(1 for c in items if c["role"] == "user" for p in c["parts"] if "functionResponse" in p)
+        return ["call"] * (calls - answers)
+    found = []
+    for item in items:
+        if grammar is Grammar.OPENAI_RESPONSES and item.get("type") == "function_call":
+            found.append(item["call_id"])
+        elif grammar is Grammar.GEMINI_INTERACTIONS and item.get("type") == "function_call":
+            found.append(item["id"])
+        for block in item.get("content") or [] if isinstance(item.get("content"), list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                found.append(block["id"])
+            elif isinstance(block, dict) and "toolUse" in block:
+                found.append(block["toolUse"]["toolUseId"])
+    return [c for c in found if text.count(json.dumps(c)) < 2]
+
+
+# -- item 1: retry after a run that failed (or was cut) after a complete tool call --------------------------
+
+
+def failed_after_call(grammar: Grammar, *, interrupted: bool = False) -> tuple[Output, list[ArtefactRecord]]:
+    lines = cut_after(grammar, fixture_lines(grammar), "TOOL_CALL_END")
+    if grammar is Grammar.GEMINI_GENERATE_CONTENT:  # the call's chunk also ended the turn: not this time
+        last = json.loads(lines[-1])
+        for candidate in last["candidates"]:
+            candidate.pop("finishReason", None)
+        lines[-1] = json.dumps(last)
+    if not interrupted:
+        lines.append(json.dumps(ERROR_LINE[grammar]))
+    out = translate(grammar, lines, "run-failed")
+    assert out.events[-1]["type"] == "RUN_ERROR"
+    assert call_ids(out), "the failed run emitted a complete tool call"
+    return out, out.artefacts
+
+
+@pytest.mark.parametrize("interrupted", [False, True], ids=["provider_error", "interrupted"])
+@pytest.mark.parametrize("grammar", ALL, ids=lambda g: g.value)
+def test_retrying_the_same_messages_after_a_failed_tool_call_turn_sends_no_unanswered_call_issue25_item1(
+    grammar: Grammar, interrupted: bool
+) -> None:
+    """The client got RUN_ERROR, ran no tool, and runs the agent again with what it holds."""
+    out, artefacts = failed_after_call(grammar, interrupted=interrupted)
+    user = {"id": "user-1", "role": "user", "content": "What is 250 USD in EUR?"}
+    history = client_messages([{"add": user}, run_step("run-failed", out)])
+    assert any(m.get("toolCalls") for m in history), "the reference client holds the failed run's call"
+    result = replay(history, artefacts, target(grammar))
+    items = result.fragment[FRAGMENT_KEY[grammar]]
+    assert unanswered_calls(grammar, result.fragment) == []
+    assert len(items) == 1, items  # the user's message alone: the retry produces the turn again
+    warned = [w for w in result.warnings if w.code == "unanswered_tool_call"]
+    assert [w.entity_id for w in warned] == call_ids(out)
+    assert all(call_id in w.message for w, call_id in zip(warned, call_ids(out), strict=True))
+
+
+@pytest.mark.parametrize("grammar", ALL, ids=lambda g: g.value)
+def test_a_new_user_turn_after_a_failed_tool_call_turn_leaves_the_call_and_its_reasoning_out_issue25_item1(
+    grammar: Grammar,
+) -> None:
+    """The user says "try again": the failed turn stays history, its unanswered call (and the reasoning
+    that led only to it, e.g. OpenAI's reasoning item before the function_call) does not."""
+    out, artefacts = failed_after_call(grammar)
+    history = client_messages(
+        [
+            {"add": {"id": "user-1", "role": "user", "content": "What is 250 USD in EUR?"}},
+            run_step("run-failed", out),
+            {"add": {"id": "user-2", "role": "user", "content": "Try again."}},
+        ]
+    )
+    result = replay(history, artefacts, target(grammar))
+    assert unanswered_calls(grammar, result.fragment) == []
+    sent = json.dumps(result.fragment)
+    for call_id in call_ids(out):
+        assert json.dumps(call_id) not in sent
+    if not any(e["type"] == "TEXT_MESSAGE_START" for e in out.events):
+        assert result.counters["artefacts_replayed"] == 0  # the failed run's state justified only the call
+    if grammar is Grammar.OPENAI_RESPONSES:  # the reasoning item before the function_call goes with it
+        assert '"type": "reasoning"' not in sent
+    assert "Try again." in sent
+
+
+# -- item 2: a run cut off mid-reasoning inside an open tool loop, then retried -------------------------------
+
+
+LOOP_GRAMMARS = [Grammar.ANTHROPIC_MESSAGES, Grammar.BEDROCK_CONVERSE, Grammar.GEMINI_INTERACTIONS]
+
+
+@pytest.mark.parametrize("grammar", LOOP_GRAMMARS, ids=lambda g: g.value)
+def test_partial_reasoning_of_a_run_cut_inside_a_tool_loop_is_left_out_of_the_retried_request_issue25_item2(
+    grammar: Grammar,
+) -> None:
+    """user → run 1 (reasoning, call) → result → run 2 cut mid-reasoning (RUN_ERROR interrupted) →
+    run 3, the retry (signed reasoning, call) → result. The client holds run 2's partial reasoning
+    marked incomplete; the request goes out without it, with runs 1 and 3 whole."""
+    base = fixture_lines(grammar)
+    first = translate(grammar, base, "run-1")
+    cut = translate(grammar, cut_after(grammar, renamed(grammar, base, "cut"), "REASONING_MESSAGE_CONTENT"), "run-2")
+    assert cut.events[-1]["type"] == "RUN_ERROR" and not cut.artefacts or not any(a.complete for a in cut.artefacts)
+    retry = translate(grammar, renamed(grammar, base, "retry"), "run-3")
+    steps: list[dict[str, Any]] = [{"add": {"id": "user-1", "role": "user", "content": "What is 250 USD in EUR?"}}]
+    for run_id, out in (("run-1", first), ("run-2", cut), ("run-3", retry)):
+        steps.append(run_step(run_id, out))
+        steps += [{"add": {"id": f"result-{c}", "role": "tool", "toolCallId": c, "content": '{"rate": 0.92}'}} for c in call_ids(out)]
+    history = client_messages(steps)
+    partial = [m for m in history if m["role"] == "reasoning" and (m.get("metadata") or {}).get("reasonwire", {}).get("incomplete")]
+    assert len(partial) == 1, "the reference client holds the cut run's reasoning, marked incomplete"
+
+    result = replay(history, first.artefacts + cut.artefacts + retry.artefacts, target(grammar))
+
+    sent = json.dumps(result.fragment)
+    assert json.dumps(partial[0]["content"]) not in sent  # as a whole text (runs 1 and 3 share its words)
+    assert [w.entity_id for w in result.warnings if w.code == "interrupted_reasoning"] == [partial[0]["id"]]
+    complete = [a for a in first.artefacts + retry.artefacts if a.complete]
+    assert result.counters["artefacts_replayed"] == len(complete)
+    assert all(json.dumps(a.value) in sent for a in complete)
+    assert unanswered_calls(grammar, result.fragment) == []
+
+
+@pytest.mark.parametrize("grammar", LOOP_GRAMMARS, ids=lambda g: g.value)
+def test_partial_reasoning_in_the_open_loop_is_left_out_for_a_client_that_kept_no_metadata_issue25_item2(
+    grammar: Grammar,
+) -> None:
+    """A client that drops event metadata still gets the request out when the store holds the cut
+    unit's record as incomplete; and never when its unit was only the retried one's (no guess)."""
+    base = fixture_lines(grammar)
+    first = translate(grammar, base, "run-1")
+    cut = translate(grammar, cut_after(grammar, renamed(grammar, base, "cut"), "REASONING_MESSAGE_CONTENT"), "run-2")
+    retry = translate(grammar, renamed(grammar, base, "retry"), "run-3")
+    steps: list[dict[str, Any]] = [{"add": {"id": "user-1", "role": "user", "content": "Go."}}]
+    for run_id, out in (("run-1", first), ("run-2", cut), ("run-3", retry)):
+        steps.append(run_step(run_id, out))
+        steps += [{"add": {"id": f"result-{c}", "role": "tool", "toolCallId": c, "content": "{}"}} for c in call_ids(out)]
+    history = [{k: v for k, v in m.items() if k != "metadata"} for m in client_messages(steps)]
+    if not any(not a.complete for a in cut.artefacts):
+        with pytest.raises(ProviderWouldReject):  # nothing says the unit was cut: refused, not guessed
+            replay(history, first.artefacts + cut.artefacts + retry.artefacts, target(grammar))
+        return
+    result = replay(history, first.artefacts + cut.artefacts + retry.artefacts, target(grammar))
+    assert unanswered_calls(grammar, result.fragment) == []
+
+
+def test_fixture_streams_exist() -> None:
+    for grammar in ALL:
+        assert Path(LOCAL_FIXTURES / grammar.value / "b_reasoning_then_tool_call.jsonl").exists()
