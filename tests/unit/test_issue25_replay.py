@@ -232,3 +232,100 @@ def test_partial_reasoning_in_the_open_loop_is_left_out_for_a_client_that_kept_n
 def test_fixture_streams_exist() -> None:
     for grammar in ALL:
         assert Path(LOCAL_FIXTURES / grammar.value / "b_reasoning_then_tool_call.jsonl").exists()
+
+
+# -- item 5: minted tool-call ids in every target grammar ----------------------------------------------------
+
+ID_RULES: dict[Grammar, tuple[str, int | None]] = {
+    Grammar.ANTHROPIC_MESSAGES: (r"[a-zA-Z0-9_-]+", None),  # tool_use.id ^[a-zA-Z0-9_-]+$
+    Grammar.BEDROCK_CONVERSE: (r"[a-zA-Z0-9_-]+", 64),  # toolUseId: 1–64 of [a-zA-Z0-9_-]
+    Grammar.OPENAI_RESPONSES: (r".+", None),  # call_id: no documented constraint
+    Grammar.GEMINI_INTERACTIONS: (r".+", None),  # function_call.id: no documented constraint
+    Grammar.GEMINI_GENERATE_CONTENT: (r".+", None),  # minted ids are never sent
+}
+TARGET_MODELS = {
+    Grammar.ANTHROPIC_MESSAGES: "claude-sonnet-4-5",
+    Grammar.BEDROCK_CONVERSE: "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+    Grammar.OPENAI_RESPONSES: "gpt-5",
+    Grammar.GEMINI_INTERACTIONS: "gemini-3-flash-preview",
+    Grammar.GEMINI_GENERATE_CONTENT: "gemini-2.5-flash",
+}
+
+
+def call_and_result_ids(grammar: Grammar, items: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    calls: list[str] = []
+    results: list[str] = []
+    for item in items:
+        kind = item.get("type")
+        if kind == "function_call":
+            calls.append(item.get("call_id", item.get("id")))
+        elif kind in ("function_call_output", "function_result"):
+            results.append(item["call_id"])
+        for block in item.get("content") or [] if isinstance(item.get("content"), list) else []:
+            if block.get("type") == "tool_use":
+                calls.append(block["id"])
+            elif block.get("type") == "tool_result":
+                results.append(block["tool_use_id"])
+            elif "toolUse" in block:
+                calls.append(block["toolUse"]["toolUseId"])
+            elif "toolResult" in block:
+                results.append(block["toolResult"]["toolUseId"])
+        for part in item.get("parts") or []:
+            if "functionCall" in part and "id" in part["functionCall"]:
+                calls.append(part["functionCall"]["id"])
+            if "functionResponse" in part and "id" in part["functionResponse"]:
+                results.append(part["functionResponse"]["id"])
+    return calls, results
+
+
+@pytest.mark.parametrize("grammar", ALL, ids=lambda g: g.value)
+def test_a_minted_gemini_call_id_is_valid_in_every_target_grammar_call_and_result_alike_issue25_item5(
+    grammar: Grammar,
+) -> None:
+    """Gemini 2.5 calls carry no id; reasonwire mints ``<responseId>:tool:0``. After the loop closed,
+    the user switches to another provider: each grammar's id rule holds, the result still pairs."""
+    gemini = Grammar.GEMINI_GENERATE_CONTENT
+    out = translate(gemini, fixture_lines(gemini), "run-gemini")
+    minted = call_ids(out)
+    assert minted and all(":" in c for c in minted)
+    steps: list[dict[str, Any]] = [{"add": {"id": "user-1", "role": "user", "content": "250 USD in EUR?"}}, run_step("run-gemini", out)]
+    steps += [{"add": {"id": f"result-{c}", "role": "tool", "toolCallId": c, "content": '{"rate": 0.92}'}} for c in minted]
+    steps += [
+        {"add": {"id": "answer-1", "role": "assistant", "content": "About 230 EUR."}},
+        {"add": {"id": "user-2", "role": "user", "content": "And in GBP?"}},
+    ]
+    history = client_messages(steps)
+    result = replay(history, out.artefacts, ReplayTarget(grammar=grammar, model=TARGET_MODELS[grammar]))
+    calls, results = call_and_result_ids(grammar, result.fragment[FRAGMENT_KEY[grammar]])
+    pattern, limit = ID_RULES[grammar]
+    assert calls == results  # call and result alike
+    for call_id in calls:
+        assert __import__("re").fullmatch(pattern, call_id), call_id
+        assert limit is None or len(call_id) <= limit
+    if grammar is Grammar.GEMINI_GENERATE_CONTENT:
+        assert calls == []  # a minted id is never sent back to Gemini
+    else:
+        assert len(calls) == len(minted)
+
+
+@pytest.mark.parametrize("grammar", [Grammar.ANTHROPIC_MESSAGES, Grammar.BEDROCK_CONVERSE], ids=lambda g: g.value)
+def test_a_call_id_too_long_or_with_foreign_characters_is_rewritten_consistently_issue25_item5(grammar: Grammar) -> None:
+    """Any id the target refuses (another provider's, 80 characters, dots) goes out rewritten, the
+    same for the call and its result, distinct for distinct ids; a valid id is left alone."""
+    long_id, dotted, valid = "call_" + "x" * 80, "fc.1/a b", "toolu_01ABCdef-_9"
+    history = [{"id": "u", "role": "user", "content": "Go."}]
+    for call_id in (long_id, dotted, valid):
+        history += [
+            {"id": f"a-{call_id}", "role": "assistant", "toolCalls": [{"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"id": f"t-{call_id}", "role": "tool", "toolCallId": call_id, "content": "{}"},
+        ]
+    history.append({"id": "u2", "role": "user", "content": "Thanks."})
+    result = replay(history, [], ReplayTarget(grammar=grammar, model=TARGET_MODELS[grammar]))
+    calls, results = call_and_result_ids(grammar, result.fragment[FRAGMENT_KEY[grammar]])
+    assert calls == results and len(set(calls)) == 3
+    assert calls[2] == valid
+    pattern, limit = ID_RULES[grammar]
+    for call_id in calls:
+        assert __import__("re").fullmatch(pattern, call_id) and (limit is None or len(call_id) <= limit), call_id
+    refused = [long_id, dotted] if limit is not None else [dotted]  # Anthropic sets no length in the rule
+    assert [w.entity_id for w in result.warnings if w.code == "call_id_rewritten"] == refused

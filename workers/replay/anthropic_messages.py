@@ -19,6 +19,7 @@ missing one fails the replay before the call (core: ``needs_artefact``).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from reasonwire.contracts.grammars import Grammar
@@ -39,19 +40,26 @@ from reasonwire.workers.replay.core import (
 class AnthropicMessagesReplay(ReplayBuilder):
     grammar = Grammar.ANTHROPIC_MESSAGES
     history_key, system_key = "messages", "system"
+    call_id_pattern = re.compile(r"[a-zA-Z0-9_-]+")  # tool_use.id: ^[a-zA-Z0-9_-]+$ (issue 25 item 5)
 
     def user(self, turn: UserTurn) -> list[dict[str, Any]]:
         content: Any = turn.texts[0] if turn.plain else [_text(t) for t in turn.texts]
         return [{"role": "user", "content": content}]
 
     def tool_results(self, turn: ToolResults, conversation: Conversation) -> list[dict[str, Any]]:
-        return [{"role": "user", "content": [_tool_result(r.call.entity_id, r.text, r.failed) for r in turn.results]}]
+        results = [_tool_result(self.call_id(r.call.entity_id, conversation), r.text, r.failed) for r in turn.results]
+        return [{"role": "user", "content": results}]
 
     def assistant(self, turn: AssistantTurn, conversation: Conversation) -> list[dict[str, Any]]:
         if drop_reasoning_only(turn, conversation):
             return []
-        blocks = [block for unit in turn.units for block in _blocks(unit)]
+        blocks = [block for unit in turn.units for block in self._blocks(unit, conversation)]
         return [{"role": "assistant", "content": blocks}] if blocks else []
+
+    def _blocks(self, unit: Reasoning | Text | Call, conversation: Conversation) -> list[dict[str, Any]]:
+        if isinstance(unit, Call):
+            return [{"type": "tool_use", "id": self.call_id(unit.call.id, conversation), "name": unit.name, "input": unit.arguments}]
+        return _blocks(unit)
 
     def history(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return merge_adjacent(entries, "content", _as_blocks)

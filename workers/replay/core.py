@@ -63,7 +63,9 @@ Nothing here logs, traces or puts an opaque value in a message (R3, P8).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -477,6 +479,8 @@ class Conversation:
     """Unseen units whose turn is known (or not) but whose place in it is ambiguous."""
     dropped: list[Reasoning | Text | Call] = field(default_factory=list)
     """Units whose state a builder left out after the fact (an OpenAI reasoning item without its follower)."""
+    rewritten_ids: dict[str, str] = field(default_factory=dict)
+    """Tool-call ids the target grammar does not accept → what they were sent as (issue 25 item 5)."""
 
     def units(self) -> list[Reasoning | Text | Call]:
         return [u for t in self.turns if isinstance(t, AssistantTurn) for u in t.units]
@@ -839,6 +843,45 @@ class ReplayBuilder:
     def needs_artefact(self, unit: Reasoning | Text | Call, conversation: Conversation) -> bool:
         """Whether the provider rejects an open tool loop whose current turn lacks this unit's state."""
         return False
+
+    call_id_limit: ClassVar[int | None] = None
+    """Longest tool-call id the grammar accepts; with ``call_id_pattern``, None = unconstrained."""
+    call_id_pattern: ClassVar[re.Pattern[str] | None] = None
+    """What a tool-call id must match in this grammar (Anthropic ``^[a-zA-Z0-9_-]+$``)."""
+
+    def call_id(self, call_id: str, conversation: Conversation) -> str:
+        """The id a call (and its result, alike) carries in this grammar (issue 25 item 5).
+
+        An id another grammar issued or reasonwire minted (Gemini 2.5 calls have none, so the
+        translator mints ``<responseId>:tool:<n>``) may break this grammar's rule: it is rewritten
+        the same way every time — invalid characters to ``_``, and when that changed it or it is too
+        long, a hash of the original id appended — so the call and its result still pair and two ids
+        never collide. Valid ids go back unchanged."""
+        pattern, limit = self.call_id_pattern, self.call_id_limit
+        if pattern is None or (pattern.fullmatch(call_id) and (limit is None or len(call_id) <= limit)):
+            return call_id
+        rewritten = rewrite_call_id(call_id, limit or 64)
+        if call_id not in conversation.rewritten_ids:
+            conversation.rewritten_ids[call_id] = rewritten
+            conversation.log.counters["call_ids_rewritten"] += 1
+            conversation.log.warn(
+                "call_id_rewritten",
+                f"tool call {call_id} has an id {self.grammar.value} does not accept: sent as {rewritten}, "
+                "its result alike",
+                entity_id=call_id,
+            )
+        return rewritten
+
+
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def rewrite_call_id(call_id: str, limit: int) -> str:
+    """A tool-call id of ``[A-Za-z0-9_-]`` within ``limit`` characters, the same for the same input:
+    readable where it can be (the id with invalid characters as ``_``), unique by a hash of the original."""
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    readable = _ID_UNSAFE.sub("_", call_id)[: max(0, limit - len(digest) - 4)]
+    return f"rw_{readable}_{digest}" if readable else f"rw_{digest}"
 
 
 def replay_conversation(
