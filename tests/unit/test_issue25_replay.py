@@ -329,3 +329,49 @@ def test_a_call_id_too_long_or_with_foreign_characters_is_rewritten_consistently
         assert __import__("re").fullmatch(pattern, call_id) and (limit is None or len(call_id) <= limit), call_id
     refused = [long_id, dotted] if limit is not None else [dotted]  # Anthropic sets no length in the rule
     assert [w.entity_id for w in result.warnings if w.code == "call_id_rewritten"] == refused
+
+
+# -- item 4: a Gemini text signature stays on the part it rode ------------------------------------------------
+
+
+def gemini_chunk(parts: list[dict[str, Any]], *, last: bool = False) -> str:
+    candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
+    if last:
+        candidate["finishReason"] = "STOP"
+    chunk: dict[str, Any] = {"candidates": [candidate], "responseId": "resp-item4", "modelVersion": "gemini-2.5-flash"}
+    if last:
+        chunk["usageMetadata"] = {"promptTokenCount": 5, "candidatesTokenCount": 9, "totalTokenCount": 14}
+    return json.dumps(chunk, ensure_ascii=False)
+
+
+@pytest.mark.parametrize(
+    ("before", "signed", "thought"),
+    [
+        ("It is 21.5 °C in Paris", ".", False),
+        ("Line one\nLine two", "\n", False),
+        ("In the end the answer", " the", False),
+        ("**Weighing**\n\nThe rate is 0.92. So", ".", True),
+    ],
+    ids=["period", "newline", "word", "thought"],
+)
+def test_a_signed_gemini_chunk_whose_text_occurs_earlier_goes_back_on_its_own_part_issue25_item4(
+    before: str, signed: str, thought: bool
+) -> None:
+    """Google: a text response's signature rides its last part, parts go back verbatim. A signed
+    last chunk "." (or "\\n", " the") also found earlier in the answer must not be located by a search."""
+    grammar = Grammar.GEMINI_GENERATE_CONTENT
+    flag = {"thought": True} if thought else {}
+    lines = [gemini_chunk([{"text": before, **flag}]), gemini_chunk([{"text": signed, **flag, "thoughtSignature": "Q2lnbmVk+sig=="}])]
+    if thought:
+        lines.append(gemini_chunk([{"text": "About 230 EUR."}]))
+    lines.append(gemini_chunk([], last=True))
+    out = translate_lines(grammar.value, [line.encode() for line in lines], model="gemini-2.5-flash", run_id="run-4")
+    assert_valid_stream(out.events)
+    history = client_messages([{"add": {"id": "user-1", "role": "user", "content": "Weather?"}}, run_step("run-4", out)])
+    history.append({"id": "user-2", "role": "user", "content": "Thanks."})
+    result = replay(history, out.artefacts, ReplayTarget(grammar=grammar, model="gemini-2.5-flash"))
+    model = [c for c in result.fragment["contents"] if c["role"] == "model"]
+    assert len(model) == 1
+    parts = model[0]["parts"]
+    want = [{"text": before, **flag}, {"text": signed, **flag, "thoughtSignature": "Q2lnbmVk+sig=="}]
+    assert parts[:2] == want

@@ -9,7 +9,8 @@ arrived (unknown fields included) with the signature back on that very part,
 byte for byte (R3): a signed ``functionCall`` part, a signed thought part, the
 trailing ``{"text": "", "thoughtSignature"}`` part. The text around signed
 parts comes from the client's messages: thought text as ``thought: true``
-parts, answer text as text parts; a signature-only part goes last in its
+parts, answer text as text parts, each signed part at the offset its record
+names (never found by searching the text); a signature-only part goes last in its
 message (Gemini puts the signature of a non-call response on the last part,
 §3.3). Unsigned calls are rebuilt from the client's tool calls, grouped and
 ordered as received.
@@ -158,7 +159,7 @@ def _text_parts(content: str, unit: Reasoning | Text, *, thought: bool) -> list[
         if not signed_text:
             trailing.append(block)  # a signature-only part is the last part of its message (§3.3)
             continue
-        at = content.find(signed_text, cursor)
+        at = _signed_part_at(content, signed_text, cursor, record.native.extra.get("textOffset"))
         if at < 0:  # the client no longer holds that text (filtered or edited): the signed part as received
             parts.append(block)
             continue
@@ -167,6 +168,21 @@ def _text_parts(content: str, unit: Reasoning | Text, *, thought: bool) -> list[
         cursor = at + len(signed_text)
     unsigned(content[cursor:])
     return parts + trailing
+
+
+def _signed_part_at(content: str, signed_text: str, cursor: int, offset: Any) -> int:
+    """Where a signed part's text starts in the client's text (issue 25 item 4).
+
+    The record says where the part streamed (``extra.textOffset``); that place is used when the
+    client's text still holds the part's text there. A search would find an earlier occurrence of
+    a common chunk (".", "\n", " the") and move the signature into an earlier part. Records
+    without the offset (stored before it existed) fall back to the first occurrence after the
+    previous signed part."""
+    if type(offset) is int and cursor <= offset and content.startswith(signed_text, offset):
+        return offset
+    if type(offset) is int:
+        return -1  # the client's text changed there: the signed part goes as received
+    return content.find(signed_text, cursor)
 
 
 def _minted_ids(conversation: Conversation) -> set[str]:
