@@ -375,3 +375,71 @@ def test_a_signed_gemini_chunk_whose_text_occurs_earlier_goes_back_on_its_own_pa
     parts = model[0]["parts"]
     want = [{"text": before, **flag}, {"text": signed, **flag, "thoughtSignature": "Q2lnbmVk+sig=="}]
     assert parts[:2] == want
+
+
+# -- item 3: a public-audience client, a redacted block after thinking ---------------------------------------
+
+SIG, REDACTED = "EqQBCkYIBRgCKkB+thinking/sig==", "RWRhY3RlZCBieXRlcw+opaque=="
+ITEM3_STREAMS: dict[Grammar, list[dict[str, Any]]] = {
+    # Anthropic's own documented order: thinking, redacted_thinking, tool_use (REFERENCE §2.5)
+    Grammar.ANTHROPIC_MESSAGES: [
+        {"type": "message_start", "message": {"id": "msg_item3", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5-20250929", "content": [], "stop_reason": None, "usage": {"input_tokens": 10, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "I need the rate."}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": SIG}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "redacted_thinking", "data": REDACTED}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "toolu_item3", "name": "get_rate", "input": {}}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": '{"base": "USD"}'}},
+        {"type": "content_block_stop", "index": 2},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None}, "usage": {"output_tokens": 40}},
+        {"type": "message_stop"},
+    ],
+    Grammar.BEDROCK_CONVERSE: [
+        {"messageStart": {"role": "assistant"}},
+        {"contentBlockDelta": {"delta": {"reasoningContent": {"text": "I need the rate."}}, "contentBlockIndex": 0}},
+        {"contentBlockDelta": {"delta": {"reasoningContent": {"signature": SIG}}, "contentBlockIndex": 0}},
+        {"contentBlockStop": {"contentBlockIndex": 0}},
+        {"contentBlockDelta": {"delta": {"reasoningContent": {"redactedContent": REDACTED}}, "contentBlockIndex": 1}},
+        {"contentBlockStop": {"contentBlockIndex": 1}},
+        {"contentBlockStart": {"start": {"toolUse": {"toolUseId": "tooluse_item3", "name": "get_rate"}}, "contentBlockIndex": 2}},
+        {"contentBlockDelta": {"delta": {"toolUse": {"input": '{"base": "USD"}'}}, "contentBlockIndex": 2}},
+        {"contentBlockStop": {"contentBlockIndex": 2}},
+        {"messageStop": {"stopReason": "tool_use"}},
+        {"metadata": {"usage": {"inputTokens": 10, "outputTokens": 40, "totalTokens": 50}, "metrics": {"latencyMs": 100}}},
+    ],
+}
+ITEM3_MODELS = {Grammar.ANTHROPIC_MESSAGES: "claude-sonnet-4-5", Grammar.BEDROCK_CONVERSE: "us.anthropic.claude-sonnet-4-5-20250929-v1:0"}
+
+
+@pytest.mark.parametrize("grammar", list(ITEM3_STREAMS), ids=lambda g: g.value)
+def test_a_public_client_gets_the_trusted_clients_turn_when_redacted_thinking_follows_thinking_issue25_item3(
+    grammar: Grammar,
+) -> None:
+    """The public stream hides the redacted block; the store holds it. The tool call's start event
+    carries its block index, so the hidden block is put back between the thinking and the call —
+    the same open-loop request the trusted client gets, not "place … ambiguous"."""
+    from reasonwire.contracts.policy import Audience, RetentionPolicy
+    from reasonwire.workers.core.audience import AudienceFilter
+
+    model = ITEM3_MODELS[grammar]
+    lines = [json.dumps(e) for e in ITEM3_STREAMS[grammar]]
+    out = translate_lines(grammar.value, [line.encode() for line in lines], model=model, run_id="run-3")
+    assert_valid_stream(out.events)
+    audience = AudienceFilter(RetentionPolicy().rule(Audience.PUBLIC))
+    public_events = [e for e in (audience.admit(e) for e in out.events) if e is not None]
+    assert len(public_events) < len(out.events)  # the redacted block was hidden
+
+    def held(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        steps = [{"add": {"id": "user-1", "role": "user", "content": "Rate?"}}, {"runId": "run-3", "events": events}]
+        steps += [{"add": {"id": f"r-{c}", "role": "tool", "toolCallId": c, "content": '{"rate": 0.92}'}} for c in call_ids(out)]
+        return client_messages(steps)
+
+    wanted = ReplayTarget(grammar=grammar, model=model)
+    trusted = replay(held(out.events), out.artefacts, wanted)
+    public = replay(held(public_events), out.artefacts, wanted)
+    assert public.fragment == trusted.fragment
+    assistant = trusted.fragment["messages"][1]["content"]
+    assert len(assistant) == 3 and REDACTED in json.dumps(assistant[1]) and SIG in json.dumps(assistant[0])
+    assert "unseen_unit_not_placed" not in [w.code for w in public.warnings]

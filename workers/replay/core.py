@@ -736,6 +736,11 @@ def _position(unit: Reasoning | Text | Call, record: ArtefactRecord) -> int | No
             return other.native.position
     if record.issuer.grammar not in _INDEXED_IDS:
         return None
+    if isinstance(unit, Call):  # a provider id: the translator's start-event hint places it (issue 25 item 3)
+        index, owner = metadata_hint(unit.call.metadata, "blockIndex"), metadata_hint(unit.call.metadata, "responseId")
+        if type(index) is int and owner is not None and owner in (response, record.run_id):
+            return index
+        return None
     for prefix in dict.fromkeys(p for p in (response, record.run_id) if p):
         head, _, index = unit.entity_id.rpartition(":")
         if unit.entity_id.startswith(f"{prefix}:") and head.count(":") >= 1 and index.isdigit():

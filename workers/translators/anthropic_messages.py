@@ -188,7 +188,7 @@ class AnthropicMessagesTranslator(Translator):
         name = require(block, "name", str, where=where)
         entry = _Block("tool_use", tool_id, initial_input=optional(block, "input", dict, where=where))
         self._blocks[index] = entry
-        self.run.start_tool_call(index, tool_id, name)
+        self.run.start_tool_call(index, tool_id, name, metadata=self.block_hint(index))
 
     def _on_block_delta(self, obj: dict[str, Any]) -> None:
         index = require_index(obj, "index", where="content_block_delta")

@@ -172,7 +172,7 @@ class BedrockConverseTranslator(Translator):
         if member == "toolUse" and optional(start, "type", str, where=where) != "server_tool_use":
             tool_id = require(start, "toolUseId", str, where=where)
             self._blocks[index] = _Block(_Kind.TOOL_USE, tool_id)
-            self.run.start_tool_call(index, tool_id, require(start, "name", str, where=where))
+            self.run.start_tool_call(index, tool_id, require(start, "name", str, where=where), metadata=self.block_hint(index))
         elif member == "toolUse" or member in _SERVER_BLOCKS:
             self._skip_block(index, "unsupported", "server_tool_use" if member == "toolUse" else member)
         else:
