@@ -443,3 +443,24 @@ def test_a_public_client_gets_the_trusted_clients_turn_when_redacted_thinking_fo
     assistant = trusted.fragment["messages"][1]["content"]
     assert len(assistant) == 3 and REDACTED in json.dumps(assistant[1]) and SIG in json.dumps(assistant[0])
     assert "unseen_unit_not_placed" not in [w.code for w in public.warnings]
+
+
+# -- decision: Gemini 3 → 2.5 inside a tool loop ---------------------------------------------------------------
+
+
+def test_a_gemini_3_tool_loop_continued_on_gemini_2_5_goes_through_unsigned_issue25_decision() -> None:
+    """Gemini 2.5 does not validate call signatures (REFERENCE §3.3: Gemini 3 does): the 3 signature is
+    another model's (foreign_issuer, left out) and the call goes unsigned instead of a refusal that
+    blocks a fallback from an overloaded Gemini 3. Into Gemini 3 the loop stays refused."""
+    grammar = Grammar.GEMINI_GENERATE_CONTENT
+    out = translate_lines(grammar.value, [line.encode() for line in fixture_lines(grammar)], model="gemini-3-flash-preview", run_id="run-g3")
+    assert out.translator.model.startswith("gemini-3")
+    steps: list[dict[str, Any]] = [{"add": {"id": "user-1", "role": "user", "content": "250 USD in EUR?"}}, run_step("run-g3", out)]
+    steps += [{"add": {"id": f"r-{c}", "role": "tool", "toolCallId": c, "content": '{"rate": 0.92}'}} for c in call_ids(out)]
+    history = client_messages(steps)
+    result = replay(history, out.artefacts, ReplayTarget(grammar=grammar, model="gemini-2.5-flash"))
+    assert "thoughtSignature" not in json.dumps(result.fragment)
+    assert "foreign_issuer" in [w.code for w in result.warnings]
+    assert unanswered_calls(grammar, result.fragment) == []
+    with pytest.raises(ProviderWouldReject):
+        replay(history, out.artefacts, ReplayTarget(grammar=grammar, model="gemini-3-pro-preview"))

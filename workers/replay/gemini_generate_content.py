@@ -34,7 +34,8 @@ replayable signature fails the replay before the call. For a Gemini 3 target
 that holds for the first call of every step of the open loop, whoever issued
 it: switching into Gemini 3 in the middle of another provider's tool loop is
 refused the same way (Google's documented bypass signatures are not sent;
-``docs/replay.md`` says why).
+``docs/replay.md`` says why). The other way — a Gemini 3 loop continued on Gemini 2.5,
+which does not validate call signatures — goes through with the 3 signatures left out.
 """
 
 from __future__ import annotations
@@ -94,11 +95,15 @@ class GeminiGenerateContentReplay(ReplayBuilder):
         Google's bypass values for foreign history are not used: see ``docs/replay.md``."""
         if not isinstance(unit, Call):
             return False
+        validates = validates_call_signatures(conversation.continuity.model_family)
+        if unit.excluded and all(e.issuer for e in unit.excluded) and not validates:
+            # A model change (Gemini 3 → 2.5) inside the loop: the other model's signature is left out
+            # (foreign_issuer) and the call goes unsigned — a target that does not validate call
+            # signatures accepts it (REFERENCE §3.3). docs/replay.md, issue 25 decision.
+            return False
         if unit.excluded or unit.client_value:
             return True
-        return validates_call_signatures(conversation.continuity.model_family) and _first_call_of_its_step(
-            unit, conversation
-        )
+        return validates and _first_call_of_its_step(unit, conversation)
 
     def _model_parts(self, turn: AssistantTurn, conversation: Conversation, minted: set[str]) -> list[dict[str, Any]]:
         parts: list[dict[str, Any]] = []
