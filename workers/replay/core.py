@@ -30,9 +30,11 @@ This module does everything that is the same for every grammar, once:
    instructions, user turns, assistant turns (consecutive reasoning and
    assistant messages, in the client's order — the order the units streamed),
    and tool-result turns; a tool call whose arguments are not a JSON object
-   (an interrupted call) is left out with its result; reasoning units an
-   audience filter hid from the client are put back where they streamed
-   (:func:`restore_unseen`);
+   (an interrupted call) is left out with its result; a call the history never
+   answers (its run failed or was cut after it) is left out with the reasoning
+   that led only to it (:func:`leave_out_unanswered`); partial reasoning of an
+   interrupted run is left out; reasoning units an audience filter hid from the
+   client are put back where they streamed (:func:`restore_unseen`);
 4. **fail before the call** (:class:`ProviderWouldReject`) when what is left
    would make the provider reject the request: a tool loop is open (the history
    ends with tool results) and a unit of the current turn that the grammar
