@@ -15,6 +15,10 @@ A thinking message without a replayable artefact is not sent (unsigned or
 partial thinking cannot be replayed, REFERENCE §2.5). In an open tool loop the
 API rejects the current assistant turn without its thinking blocks, so a
 missing one fails the replay before the call (core: ``needs_artefact``).
+
+``tool_use.id`` must match ``^[a-zA-Z0-9_-]+$``: an id that does not (reasonwire's
+minted Gemini ids, another provider's) is rewritten the same way for the call and its
+``tool_result`` (core: ``ReplayBuilder.call_id``, issue 25 item 5).
 """
 
 from __future__ import annotations
@@ -57,9 +61,12 @@ class AnthropicMessagesReplay(ReplayBuilder):
         return [{"role": "assistant", "content": blocks}] if blocks else []
 
     def _blocks(self, unit: Reasoning | Text | Call, conversation: Conversation) -> list[dict[str, Any]]:
-        if isinstance(unit, Call):
-            return [{"type": "tool_use", "id": self.call_id(unit.call.id, conversation), "name": unit.name, "input": unit.arguments}]
-        return _blocks(unit)
+        if isinstance(unit, Reasoning):
+            return unit.provider_blocks()
+        if isinstance(unit, Text):
+            return [_text(unit.text)] if unit.text else []
+        call_id = self.call_id(unit.call.id, conversation)  # the id the grammar accepts (issue 25 item 5)
+        return [{"type": "tool_use", "id": call_id, "name": unit.name, "input": unit.arguments}]
 
     def history(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return merge_adjacent(entries, "content", _as_blocks)
@@ -68,14 +75,6 @@ class AnthropicMessagesReplay(ReplayBuilder):
         # "a final assistant message must start with a thinking block" while thinking is on,
         # and a tool loop keeps one thinking configuration (REFERENCE §2.5).
         return isinstance(unit, Reasoning)
-
-
-def _blocks(unit: Reasoning | Text | Call) -> list[dict[str, Any]]:
-    if isinstance(unit, Reasoning):
-        return unit.provider_blocks()
-    if isinstance(unit, Text):
-        return [_text(unit.text)] if unit.text else []
-    return [{"type": "tool_use", "id": unit.call.id, "name": unit.name, "input": unit.arguments}]
 
 
 def _text(text: str) -> dict[str, Any]:

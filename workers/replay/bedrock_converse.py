@@ -15,6 +15,8 @@ message of ``{"toolResult": {"toolUseId", "content": [{"json"}|{"text"}],
 Unsigned reasoning (DeepSeek R1, gpt-oss) has no artefact and is not sent.
 Claude on Bedrock validates signatures like the Anthropic API, so in an open
 tool loop a Claude target needs its reasoning blocks (core: ``needs_artefact``).
+A ``toolUseId`` is 1–64 characters of ``[a-zA-Z0-9_-]``: an id outside that is
+rewritten the same way for the call and its result (core: ``ReplayBuilder.call_id``).
 """
 
 from __future__ import annotations
@@ -58,10 +60,12 @@ class BedrockConverseReplay(ReplayBuilder):
         return [{"role": "assistant", "content": blocks}] if blocks else []
 
     def _blocks(self, unit: Reasoning | Text | Call, conversation: Conversation) -> list[dict[str, Any]]:
-        if isinstance(unit, Call):
-            call_id = self.call_id(unit.call.id, conversation)
-            return [{"toolUse": {"toolUseId": call_id, "name": unit.name, "input": unit.arguments}}]
-        return _blocks(unit)
+        if isinstance(unit, Reasoning):
+            return unit.provider_blocks()
+        if isinstance(unit, Text):
+            return [{"text": unit.text}] if unit.text else []
+        call_id = self.call_id(unit.call.id, conversation)  # the id the grammar accepts (issue 25 item 5)
+        return [{"toolUse": {"toolUseId": call_id, "name": unit.name, "input": unit.arguments}}]
 
     def history(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return merge_adjacent(entries, "content", list)
@@ -72,14 +76,6 @@ class BedrockConverseReplay(ReplayBuilder):
     def needs_artefact(self, unit: Reasoning | Text | Call, conversation: Conversation) -> bool:
         family = model_family(self.grammar, conversation.target.model) or conversation.continuity.model_family or ""
         return isinstance(unit, Reasoning) and "claude" in family
-
-
-def _blocks(unit: Reasoning | Text | Call) -> list[dict[str, Any]]:
-    if isinstance(unit, Reasoning):
-        return unit.provider_blocks()
-    if isinstance(unit, Text):
-        return [{"text": unit.text}] if unit.text else []
-    return [{"toolUse": {"toolUseId": unit.call.id, "name": unit.name, "input": unit.arguments}}]
 
 
 def _tool_result(result: ToolResult, call_id: str) -> dict[str, Any]:
