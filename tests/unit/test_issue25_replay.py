@@ -464,3 +464,47 @@ def test_a_gemini_3_tool_loop_continued_on_gemini_2_5_goes_through_unsigned_issu
     assert unanswered_calls(grammar, result.fragment) == []
     with pytest.raises(ProviderWouldReject):
         replay(history, out.artefacts, ReplayTarget(grammar=grammar, model="gemini-3-pro-preview"))
+
+
+# -- item 1 from the command line: `reasonwire replay` after a failed run --------------------------------------
+
+
+@pytest.mark.parametrize("grammar", ALL, ids=lambda g: g.value)
+def test_replay_command_after_a_failed_tool_call_turn_exits_0_with_a_request_the_provider_accepts_issue25_item1(
+    grammar: Grammar, tmp_path: Path
+) -> None:
+    """`reasonwire translate --artefacts` on the failed run, the client's history after it plus "try
+    again", `reasonwire replay`: exit 0, no unanswered call in the fragment, the call id on stderr."""
+    import subprocess
+    import sys
+
+    lines = cut_after(grammar, fixture_lines(grammar), "TOOL_CALL_END")
+    if grammar is Grammar.GEMINI_GENERATE_CONTENT:
+        last = json.loads(lines[-1])
+        last["candidates"][0].pop("finishReason", None)
+        lines[-1] = json.dumps(last)
+    capture = tmp_path / "capture.jsonl"
+    capture.write_text("\n".join([*lines, json.dumps(ERROR_LINE[grammar])]) + "\n", encoding="utf-8")
+    artefacts = tmp_path / "artefacts.jsonl"
+    model = target(grammar).model or ""
+
+    def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "reasonwire.workers.cli", *args], input=stdin, capture_output=True, text=True, check=False)
+
+    done = cli("translate", "--provider", grammar.value, "--model", model, "--artefacts", str(artefacts), str(capture))
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert events[-1]["type"] == "RUN_ERROR"
+    calls = [e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_START"]
+    history = client_messages(
+        [
+            {"add": {"id": "user-1", "role": "user", "content": "What is 250 USD in EUR?"}},
+            {"runId": events[0]["runId"], "events": events},
+            {"add": {"id": "user-2", "role": "user", "content": "Try again."}},
+        ]
+    )
+    done = cli("replay", "--provider", grammar.value, "--model", model, "--artefacts", str(artefacts), "-",
+               stdin=json.dumps({"threadId": "thread-1", "runId": "run-2", "messages": history}))
+    assert done.returncode == 0, done.stderr
+    assert unanswered_calls(grammar, json.loads(done.stdout)) == []
+    assert all(call_id in done.stderr for call_id in calls)
