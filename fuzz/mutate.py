@@ -3,7 +3,8 @@
 Stream-level: drop, duplicate, swap, move, repeat and truncate events; splice in
 events of another grammar. Event-level (on the parsed JSON, at a random path):
 delete a key, put a value of the wrong type there (``{}``, ``[]``, ``null``,
-bools, floats, huge and negative ints, long and empty strings), nest it deeply
+bools, floats, huge and negative ints, long and empty strings), set an index field
+(``…index``/``…Index``) out of range, nest it deeply
 (up to orjson's 1,023-level parse limit), replace a string with JSON text that
 is cut off, deep or not JSON (tool-call arguments are JSON inside a string),
 make the discriminator a container. Byte-level: flipped bytes, invalid UTF-8,
@@ -41,6 +42,8 @@ _BIG_INTS = (
     2**64 - 1,
     10**30,
 )
+_OUT_OF_RANGE = (-1, -2, -(2**31), -(2**31) - 1, -(2**63), -(2**64), -(10**30), 2**31, 2**53, 2**63, 2**64, 10**30)
+"""Index values no provider sends: negative (a list lookup from the end) or beyond any response."""
 _JSON_TEXTS = ('{"a":', "[", '{"a":1}', "NaN", "", "{}", '"x"', "1", "null", '{"a":[1,2', "}{")
 _DEEP = "\x00deep\x00"
 """A placeholder string value replaced by deep nesting after encoding (no recursion in the encoder)."""
@@ -108,6 +111,8 @@ class Mutator:
             self.wrong_type,
             self.extreme_int,
             self.extreme_int,
+            self.index_out_of_range,
+            self.index_out_of_range,
             self.deep_nest,
             self.json_text,
             self.empty_string,
@@ -204,6 +209,49 @@ class Mutator:
             return obj
 
         self._edit_json(stream, edit)
+
+    def index_out_of_range(self, stream: Stream) -> None:
+        """An index field (``output_index``, ``index``, ``contentBlockIndex`` …) set negative or absurdly
+        large — on one event, or on every event that names the same unit (a stream whose
+        ``output_index`` is a huge negative number throughout): malformed input in every grammar,
+        never a lookup the safety net catches (issue 25 item 7)."""
+        picked = self._index_slot(stream, self._pick(stream))
+        if picked is None:
+            return
+        first, key, old = picked
+        bad = self.rng.choice(_OUT_OF_RANGE)
+        every = self.rng.random() < 0.7
+        for i, line in enumerate(stream):
+            try:
+                obj = orjson.loads(line.data)
+            except orjson.JSONDecodeError:
+                continue
+            slots: list[tuple[Any, Any]] = []
+            _paths(obj, slots)
+            hits = [(c, k) for c, k in slots if k == key and c[k] == old and type(c[k]) is int]
+            if not hits or not every and i != first:
+                continue
+            for container, k in hits:
+                container[k] = bad
+            try:
+                stream[i] = Line(encode(obj, self.rng), line.sse_event)
+            except RecursionError:
+                continue
+
+    def _index_slot(self, stream: Stream, start: int) -> tuple[int, str, int] | None:
+        """(line, key, value) of an integer index field on the first line from ``start`` that has one."""
+        for i in [*range(start, len(stream)), *range(start)]:
+            try:
+                obj = orjson.loads(stream[i].data)
+            except orjson.JSONDecodeError:
+                continue
+            slots: list[tuple[Any, Any]] = []
+            _paths(obj, slots)
+            found = [(k, c[k]) for c, k in slots if isinstance(k, str) and k.lower().endswith("index") and type(c[k]) is int]
+            if found:
+                key, value = self.rng.choice(found)
+                return i, key, value
+        return None
 
     def deep_nest(self, stream: Stream) -> None:
         def edit(obj: Any) -> Any:

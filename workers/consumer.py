@@ -13,7 +13,9 @@ tests build a client's history with it.
 Messages are built the way AG-UI clients apply events: a text, reasoning or
 tool-result event opens a message; ``TOOL_CALL_START`` adds a call to the
 message its ``parentMessageId`` names, or opens an assistant message for it;
-content and argument deltas append. The start event's ``metadata`` is kept on
+content and argument deltas append; an end event's ``metadata`` is merged in (a ``parentMessageId`` naming a message that is not an
+assistant message — a reasoning message, say — is warned about and the call filed under an
+assistant message of its own id, as ``@ag-ui/client`` does). The start event's ``metadata`` is kept on
 the message or call it opens (reasonwire puts continuity hints there, e.g.
 OpenAI item ids — see :func:`reasonwire.workers.replay.core.metadata_hint`).
 
@@ -27,7 +29,9 @@ The rules of the chapter, each where it belongs:
 * R5 — ``MESSAGES_SNAPSHOT`` replaces each restated message wholesale, its
   encrypted value included: a restated message without one has its value
   withdrawn, and nothing resurrects it. Messages the consumer added itself
-  (:meth:`AgUiConsumer.add_message`) are its own and survive a snapshot.
+  (:meth:`AgUiConsumer.add_message`) are its own and survive a snapshot; so do
+  the held reasoning messages when the snapshot restates no reasoning message at
+  all (the reference client's rule: such a snapshot does not speak for reasoning).
 * R6 — ``REASONING_ENCRYPTED_VALUE`` naming no known entity, or an activity
   message (which carries no value by schema), is warned about, counted and
   dropped; the run goes on.
@@ -273,7 +277,20 @@ class AgUiConsumer:
 
     def _open_call(self, call_id: str, name: str, parent_id: str | None, metadata: Any) -> None:
         parent = self._find(parent_id) if parent_id else None
-        if not isinstance(parent, AssistantMessage):
+        if parent is not None and not isinstance(parent, AssistantMessage):
+            # parentMessageId is optional and names a message of another role (e.g. the reasoning
+            # message before the call): a valid event, so not fatal (R7 is for malformed ones). As the
+            # reference @ag-ui/client does, warn and file the call under an assistant message of its
+            # own id (issue 25 item 6).
+            role = getattr(parent, "role", type(parent).__name__)
+            self._warn(
+                "parent_not_assistant",
+                f"TOOL_CALL_START {call_id}: parentMessageId {parent_id} names a {role} message, not an "
+                "assistant message: the call is filed under its own id",
+            )
+            parent = AssistantMessage(id=call_id, tool_calls=[])
+            self._append(parent)
+        elif not isinstance(parent, AssistantMessage):
             last = self.messages[-1] if self.messages else None
             if parent_id is None or not (isinstance(last, AssistantMessage) and last.id == parent_id):
                 parent = AssistantMessage(id=parent_id or call_id, tool_calls=[])
@@ -321,7 +338,7 @@ class AgUiConsumer:
         restated = [copy.deepcopy(m) for m in event.messages]
         restated_ids = {m.id for m in restated}
         own = [m for m in self.messages if m.id in self._own and m.id not in restated_ids]
-        self.messages = restated + own
+        self.messages = _keep_unrestated_reasoning(self.messages, restated + own)
         for message in self.messages:
             value = getattr(message, "encrypted_value", None)
             if value is not None:
@@ -349,6 +366,18 @@ class AgUiConsumer:
 
     def _activity_delta(self, event: Any) -> None:
         self.counters["activity_deltas_not_applied"] += 1
+
+    def _end(self, event: Any) -> None:
+        """An end event's ``metadata`` joins what the start event put on the message or call, as
+        ``@ag-ui/client`` merges it: reasonwire marks a unit an abnormal end cut off
+        (``reasonwire.incomplete``), and replay leaves such partial reasoning out (issue 25 item 2).
+        Our namespace is merged one level deeper, so the start's continuity hints stay."""
+        if not event.metadata:
+            return
+        call_id = getattr(event, "tool_call_id", None)
+        target: Any = self._find_call(call_id) if call_id is not None else self._find(event.message_id)
+        if target is not None and not isinstance(target, ActivityMessage):
+            target.metadata = _merged(target.metadata, event.metadata)
 
     def _ignored(self, event: Any) -> None:
         """No conversation content (lifecycle, spans, state, steps, custom, raw, subagents)."""
@@ -394,6 +423,34 @@ class AgUiConsumer:
         return out
 
 
+def _merged(held: Mapping[str, Any] | None, incoming: Mapping[str, Any]) -> dict[str, Any]:
+    merged = {**copy.deepcopy(dict(held or {})), **copy.deepcopy(dict(incoming))}
+    ours, theirs = (held or {}).get("reasonwire"), incoming.get("reasonwire")
+    if isinstance(ours, Mapping) and isinstance(theirs, Mapping):
+        merged["reasonwire"] = {**copy.deepcopy(dict(ours)), **copy.deepcopy(dict(theirs))}
+    return merged
+
+
+def _keep_unrestated_reasoning(before: list[Message], after: list[Message]) -> list[Message]:
+    """A snapshot that restates no reasoning message at all does not speak for reasoning (most
+    producers' snapshots carry user, assistant and tool messages only): the held reasoning
+    messages stay, values included, each before the message that followed it — what the
+    reference ``@ag-ui/client`` does. A snapshot that restates any reasoning message is
+    authoritative for reasoning too, and those it omits are gone (R5). docs/replay.md, issue 25."""
+    if any(isinstance(m, ReasoningMessage) for m in after):
+        return after
+    kept = list(after)
+    ids = {m.id for m in after}
+    for index, message in enumerate(before):
+        if not isinstance(message, ReasoningMessage) or message.id in ids:
+            continue
+        follower = next((m.id for m in before[index + 1 :] if m.id in ids), None)
+        at = next((i for i, m in enumerate(kept) if m.id == follower), len(kept))
+        kept.insert(at, message)
+        ids.add(message.id)
+    return kept
+
+
 def _calls(message: Message) -> list[ToolCall]:
     return list(message.tool_calls or []) if isinstance(message, AssistantMessage) else []
 
@@ -408,17 +465,17 @@ _TEXT_ROLES: dict[str, type[Any]] = {
 _HANDLERS: dict[str, Callable[[AgUiConsumer, Any], None]] = {
     EventType.TEXT_MESSAGE_START.value: AgUiConsumer._text_start,
     EventType.TEXT_MESSAGE_CONTENT.value: AgUiConsumer._text_content,
-    EventType.TEXT_MESSAGE_END.value: AgUiConsumer._ignored,
+    EventType.TEXT_MESSAGE_END.value: AgUiConsumer._end,
     EventType.TEXT_MESSAGE_CHUNK.value: AgUiConsumer._text_chunk,
     EventType.TOOL_CALL_START.value: AgUiConsumer._call_start,
     EventType.TOOL_CALL_ARGS.value: AgUiConsumer._call_args,
-    EventType.TOOL_CALL_END.value: AgUiConsumer._ignored,
+    EventType.TOOL_CALL_END.value: AgUiConsumer._end,
     EventType.TOOL_CALL_CHUNK.value: AgUiConsumer._call_chunk,
     EventType.TOOL_CALL_RESULT.value: AgUiConsumer._call_result,
     EventType.REASONING_START.value: AgUiConsumer._ignored,
     EventType.REASONING_MESSAGE_START.value: AgUiConsumer._reasoning_start,
     EventType.REASONING_MESSAGE_CONTENT.value: AgUiConsumer._reasoning_content,
-    EventType.REASONING_MESSAGE_END.value: AgUiConsumer._ignored,
+    EventType.REASONING_MESSAGE_END.value: AgUiConsumer._end,
     EventType.REASONING_MESSAGE_CHUNK.value: AgUiConsumer._reasoning_chunk,
     EventType.REASONING_END.value: AgUiConsumer._ignored,
     EventType.REASONING_ENCRYPTED_VALUE.value: AgUiConsumer._encrypted_value,

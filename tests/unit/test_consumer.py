@@ -277,3 +277,40 @@ def test_an_unknown_event_type_is_skipped_with_a_warning() -> None:
     consumer = AgUiConsumer()
     out = consumer.feed({"type": "REASONING_SOMETHING_NEW", "messageId": "r1"})
     assert out.fatal is None and [w.code for w in out.warnings] == ["unknown_event"]
+
+
+# -- issue 25: what the reference @ag-ui/client does ---------------------------------------------------------
+
+
+def test_a_tool_call_whose_parent_is_a_reasoning_message_is_filed_under_its_own_id_with_a_warning_issue25_item6() -> None:
+    """parentMessageId is optional and may name the reasoning message before the call: a valid
+    event (R7 is for malformed ones). Like @ag-ui/client: warn, open an assistant message with the
+    call's id; the run goes on and the call's encrypted value is kept."""
+    consumer = AgUiConsumer()
+    events = reasoning_events()
+    call = tool_call_events()
+    call[0] = {**call[0], "parentMessageId": "r1"}
+    out = consumer.feed_all([*events, *call, {"type": "RUN_FINISHED", "threadId": "t", "runId": "run"}])
+    assert out.fatal is None
+    assert [w.code for w in out.warnings] == ["parent_not_assistant"]
+    messages = consumer.wire_messages()
+    assert [(m["id"], m["role"]) for m in messages] == [("r1", "reasoning"), ("call-1", "assistant")]
+    assert messages[1]["toolCalls"][0]["function"] == {"name": "get_weather", "arguments": '{"city":"Paris"}'}
+    assert consumer.values() == {"r1": VALUE, "call-1": VALUE}
+
+
+def test_a_snapshot_that_restates_no_reasoning_keeps_the_held_reasoning_and_its_value_issue25_decision() -> None:
+    """The reference client keeps held reasoning messages when a snapshot carries none (docs/replay.md)."""
+    consumer = AgUiConsumer()
+    consumer.add_message({"id": "u1", "role": "user", "content": "Hi"})
+    consumer.feed_all(reasoning_events())
+    consumer.feed_all([
+        {"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "Hello"},
+        {"type": "TEXT_MESSAGE_END", "messageId": "m1"},
+    ])
+    snapshot = [{"id": "u1", "role": "user", "content": "Hi"}, {"id": "m1", "role": "assistant", "content": "Hello"}]
+    out = consumer.feed({"type": "MESSAGES_SNAPSHOT", "messages": snapshot})
+    assert out.fatal is None
+    assert [m["id"] for m in consumer.wire_messages()] == ["u1", "r1", "m1"]
+    assert consumer.values() == {"r1": VALUE}

@@ -458,12 +458,14 @@ def test_state_of_a_turn_the_client_trimmed_away_is_not_restored() -> None:
 
 
 def test_an_unseen_unit_whose_place_is_ambiguous_is_left_out_and_fails_an_open_loop() -> None:
-    """The client holds no reasoning message and its tool call before the text: where did the
-    thinking block stream? Not certain — so it is not guessed."""
+    """The client holds no reasoning message and its tool call (without the start event's
+    blockIndex hint: a client that keeps no metadata) before the text: where did the thinking
+    block stream? Not certain — so it is not guessed."""
     history, artefacts = history_of(ANTHROPIC_B)
     no_reasoning = [m for m in history if m["role"] != "reasoning"]
     text = next(m for m in no_reasoning if m["role"] == "assistant" and m.get("content"))
     call = next(m for m in no_reasoning if m.get("toolCalls"))
+    call["toolCalls"] = [{k: v for k, v in c.items() if k != "metadata"} for c in call["toolCalls"]]
     reordered = [m for m in no_reasoning if m is not text and m is not call]
     reordered[1:1] = [call, text]
     with pytest.raises(ProviderWouldReject, match="not in the client's history"):

@@ -61,3 +61,26 @@ def token_count(usage: Any, key: str, *, where: str, absent: int | None = None) 
     if type(value) is not int and (not isinstance(value, int) or isinstance(value, bool)) or not 0 <= value <= MAX_TOKEN_COUNT:
         raise ProviderGrammarError(f"{where}: field {key!r} is not a token count")
     return value
+
+
+MAX_INDEX = 2**31 - 1
+"""Largest position a provider index field may name (an output item, block, part or step). No
+response holds anywhere near this many units; the bound keeps hostile values out of list
+lookups and minted ids."""
+
+
+def require_index(obj: Any, key: str, *, where: str) -> int:
+    """A provider index field (``output_index``, ``index``, ``contentBlockIndex`` …): an integer in
+    ``0 … MAX_INDEX``. Anything else — missing, mistyped, negative, absurdly large — is a malformed
+    known event (R7, issue 25 item 7), never a lookup that fails deep inside a handler."""
+    value = require(obj, key, int, where=where)
+    if not 0 <= value <= MAX_INDEX:
+        raise ProviderGrammarError(f"{where}: field {key!r} is not an index (out of range)")
+    return value
+
+
+def optional_index(obj: Any, key: str, *, where: str) -> int | None:
+    """Like :func:`require_index`, but an absent or null field is ``None``."""
+    if not (type(obj) is dict or isinstance(obj, Mapping)) or obj.get(key) is None:
+        return None
+    return require_index(obj, key, where=where)

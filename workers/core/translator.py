@@ -343,6 +343,12 @@ class Translator:
         """A deterministic AG-UI id for a provider unit: ``<response>:<role>:<unit>``."""
         return f"{self.response_id or self.run.run_id}:{role}:{unit}"
 
+    def block_hint(self, index: int) -> dict[str, Any]:
+        """Start-event metadata placing a unit whose id is the provider's (a tool call) at its block
+        index in its response — what minted ids say for the others. Replay needs it to put back a
+        unit an audience filter hid next to it (issue 25 item 3)."""
+        return {"blockIndex": index, "responseId": self.response_id or self.run.run_id}
+
     def finish_run(
         self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None = None, truncated: bool = False
     ) -> None:

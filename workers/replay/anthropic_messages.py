@@ -15,10 +15,15 @@ A thinking message without a replayable artefact is not sent (unsigned or
 partial thinking cannot be replayed, REFERENCE §2.5). In an open tool loop the
 API rejects the current assistant turn without its thinking blocks, so a
 missing one fails the replay before the call (core: ``needs_artefact``).
+
+``tool_use.id`` must match ``^[a-zA-Z0-9_-]+$``: an id that does not (reasonwire's
+minted Gemini ids, another provider's) is rewritten the same way for the call and its
+``tool_result`` (core: ``ReplayBuilder.call_id``, issue 25 item 5).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from reasonwire.contracts.grammars import Grammar
@@ -39,19 +44,29 @@ from reasonwire.workers.replay.core import (
 class AnthropicMessagesReplay(ReplayBuilder):
     grammar = Grammar.ANTHROPIC_MESSAGES
     history_key, system_key = "messages", "system"
+    call_id_pattern = re.compile(r"[a-zA-Z0-9_-]+")  # tool_use.id: ^[a-zA-Z0-9_-]+$ (issue 25 item 5)
 
     def user(self, turn: UserTurn) -> list[dict[str, Any]]:
         content: Any = turn.texts[0] if turn.plain else [_text(t) for t in turn.texts]
         return [{"role": "user", "content": content}]
 
     def tool_results(self, turn: ToolResults, conversation: Conversation) -> list[dict[str, Any]]:
-        return [{"role": "user", "content": [_tool_result(r.call.entity_id, r.text, r.failed) for r in turn.results]}]
+        results = [_tool_result(self.call_id(r.call.entity_id, conversation), r.text, r.failed) for r in turn.results]
+        return [{"role": "user", "content": results}]
 
     def assistant(self, turn: AssistantTurn, conversation: Conversation) -> list[dict[str, Any]]:
         if drop_reasoning_only(turn, conversation):
             return []
-        blocks = [block for unit in turn.units for block in _blocks(unit)]
+        blocks = [block for unit in turn.units for block in self._blocks(unit, conversation)]
         return [{"role": "assistant", "content": blocks}] if blocks else []
+
+    def _blocks(self, unit: Reasoning | Text | Call, conversation: Conversation) -> list[dict[str, Any]]:
+        if isinstance(unit, Reasoning):
+            return unit.provider_blocks()
+        if isinstance(unit, Text):
+            return [_text(unit.text)] if unit.text else []
+        call_id = self.call_id(unit.call.id, conversation)  # the id the grammar accepts (issue 25 item 5)
+        return [{"type": "tool_use", "id": call_id, "name": unit.name, "input": unit.arguments}]
 
     def history(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return merge_adjacent(entries, "content", _as_blocks)
@@ -60,14 +75,6 @@ class AnthropicMessagesReplay(ReplayBuilder):
         # "a final assistant message must start with a thinking block" while thinking is on,
         # and a tool loop keeps one thinking configuration (REFERENCE §2.5).
         return isinstance(unit, Reasoning)
-
-
-def _blocks(unit: Reasoning | Text | Call) -> list[dict[str, Any]]:
-    if isinstance(unit, Reasoning):
-        return unit.provider_blocks()
-    if isinstance(unit, Text):
-        return [_text(unit.text)] if unit.text else []
-    return [{"type": "tool_use", "id": unit.call.id, "name": unit.name, "input": unit.arguments}]
 
 
 def _text(text: str) -> dict[str, Any]:

@@ -15,10 +15,13 @@ message of ``{"toolResult": {"toolUseId", "content": [{"json"}|{"text"}],
 Unsigned reasoning (DeepSeek R1, gpt-oss) has no artefact and is not sent.
 Claude on Bedrock validates signatures like the Anthropic API, so in an open
 tool loop a Claude target needs its reasoning blocks (core: ``needs_artefact``).
+A ``toolUseId`` is 1–64 characters of ``[a-zA-Z0-9_-]``: an id outside that is
+rewritten the same way for the call and its result (core: ``ReplayBuilder.call_id``).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from reasonwire.contracts.grammars import Grammar
@@ -41,18 +44,28 @@ from reasonwire.workers.replay.family import model_family
 class BedrockConverseReplay(ReplayBuilder):
     grammar = Grammar.BEDROCK_CONVERSE
     history_key, system_key = "messages", "system"
+    call_id_pattern = re.compile(r"[a-zA-Z0-9_-]+")  # toolUseId: 1-64 of [a-zA-Z0-9_-] (issue 25 item 5)
+    call_id_limit = 64
 
     def user(self, turn: UserTurn) -> list[dict[str, Any]]:
         return [{"role": "user", "content": [{"text": t} for t in turn.texts]}]
 
     def tool_results(self, turn: ToolResults, conversation: Conversation) -> list[dict[str, Any]]:
-        return [{"role": "user", "content": [_tool_result(r) for r in turn.results]}]
+        return [{"role": "user", "content": [_tool_result(r, self.call_id(r.call.entity_id, conversation)) for r in turn.results]}]
 
     def assistant(self, turn: AssistantTurn, conversation: Conversation) -> list[dict[str, Any]]:
         if drop_reasoning_only(turn, conversation):
             return []
-        blocks = [block for unit in turn.units for block in _blocks(unit)]
+        blocks = [block for unit in turn.units for block in self._blocks(unit, conversation)]
         return [{"role": "assistant", "content": blocks}] if blocks else []
+
+    def _blocks(self, unit: Reasoning | Text | Call, conversation: Conversation) -> list[dict[str, Any]]:
+        if isinstance(unit, Reasoning):
+            return unit.provider_blocks()
+        if isinstance(unit, Text):
+            return [{"text": unit.text}] if unit.text else []
+        call_id = self.call_id(unit.call.id, conversation)  # the id the grammar accepts (issue 25 item 5)
+        return [{"toolUse": {"toolUseId": call_id, "name": unit.name, "input": unit.arguments}}]
 
     def history(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return merge_adjacent(entries, "content", list)
@@ -65,16 +78,8 @@ class BedrockConverseReplay(ReplayBuilder):
         return isinstance(unit, Reasoning) and "claude" in family
 
 
-def _blocks(unit: Reasoning | Text | Call) -> list[dict[str, Any]]:
-    if isinstance(unit, Reasoning):
-        return unit.provider_blocks()
-    if isinstance(unit, Text):
-        return [{"text": unit.text}] if unit.text else []
-    return [{"toolUse": {"toolUseId": unit.call.id, "name": unit.name, "input": unit.arguments}}]
-
-
-def _tool_result(result: ToolResult) -> dict[str, Any]:
+def _tool_result(result: ToolResult, call_id: str) -> dict[str, Any]:
     value = result.value()
     content = [{"json": value}] if isinstance(value, dict | list) else [{"text": result.text}]
     status = "error" if result.failed else "success"
-    return {"toolResult": {"toolUseId": result.call.entity_id, "content": content, "status": status}}
+    return {"toolResult": {"toolUseId": call_id, "content": content, "status": status}}

@@ -30,9 +30,11 @@ This module does everything that is the same for every grammar, once:
    instructions, user turns, assistant turns (consecutive reasoning and
    assistant messages, in the client's order — the order the units streamed),
    and tool-result turns; a tool call whose arguments are not a JSON object
-   (an interrupted call) is left out with its result; reasoning units an
-   audience filter hid from the client are put back where they streamed
-   (:func:`restore_unseen`);
+   (an interrupted call) is left out with its result; a call the history never
+   answers (its run failed or was cut after it) is left out with the reasoning
+   that led only to it (:func:`leave_out_unanswered`); partial reasoning of an
+   interrupted run is left out; reasoning units an audience filter hid from the
+   client are put back where they streamed (:func:`restore_unseen`);
 4. **fail before the call** (:class:`ProviderWouldReject`) when what is left
    would make the provider reject the request: a tool loop is open (the history
    ends with tool results) and a unit of the current turn that the grammar
@@ -63,7 +65,9 @@ Nothing here logs, traces or puts an opaque value in a message (R3, P8).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -477,6 +481,8 @@ class Conversation:
     """Unseen units whose turn is known (or not) but whose place in it is ambiguous."""
     dropped: list[Reasoning | Text | Call] = field(default_factory=list)
     """Units whose state a builder left out after the fact (an OpenAI reasoning item without its follower)."""
+    rewritten_ids: dict[str, str] = field(default_factory=dict)
+    """Tool-call ids the target grammar does not accept → what they were sent as (issue 25 item 5)."""
 
     def units(self) -> list[Reasoning | Text | Call]:
         return [u for t in self.turns if isinstance(t, AssistantTurn) for u in t.units]
@@ -530,7 +536,16 @@ def build_conversation(messages: Sequence[Message], continuity: Continuity, log:
         elif isinstance(message, UserMessage):
             turns.append(UserTurn(message))
         elif isinstance(message, ReasoningMessage):
-            assistant_turn().units.append(Reasoning(message=message, **unit_state(ArtefactSubtype.MESSAGE, message.id)))
+            state = unit_state(ArtefactSubtype.MESSAGE, message.id)
+            if _interrupted(message, state["artefacts"], state["excluded"]):
+                log.warn(
+                    "interrupted_reasoning",
+                    f"reasoning {message.id} was cut off when its run was interrupted (partial, never signed): "
+                    "shown to the user, not replayed",
+                    entity_id=message.id,
+                )
+                continue
+            assistant_turn().units.append(Reasoning(message=message, **state))
         elif isinstance(message, AssistantMessage):
             turn = assistant_turn()
             if message.content or continuity.had_state((ArtefactSubtype.MESSAGE, message.id)):
@@ -566,9 +581,79 @@ def build_conversation(messages: Sequence[Message], continuity: Continuity, log:
             last.results.append(ToolResult(message, call))
         else:  # activity messages are progress, not conversation content
             log.counters["activity_messages_skipped"] += 1
+    turns = leave_out_unanswered(turns, calls, log)
     conversation = Conversation(turns, continuity.target, continuity, log, calls)
     restore_unseen(conversation)
     return conversation
+
+
+def _interrupted(message: ReasoningMessage, artefacts: list[ArtefactRecord], excluded: list[Exclusion]) -> bool:
+    """Whether a reasoning message is the partial reasoning of an interrupted run (issue 25 item 2).
+
+    The client says so: reasonwire marks a unit closed by an abnormal end
+    (``REASONING_MESSAGE_END.metadata.reasonwire.incomplete``), and a client that keeps event
+    metadata on its messages (``@ag-ui/client`` merges it; ``AgUiConsumer`` too) holds the mark.
+    Or the store does: every record of the message is incomplete (its unit never closed). Either
+    way nothing of it can go back — the provider never signed it — and it is no part of the turn
+    a later, retried run produced."""
+    if artefacts:
+        return False
+    if metadata_hint(message.metadata, "incomplete") is True:
+        return True
+    return bool(excluded) and all(e.reason == "incomplete_artefact" for e in excluded)
+
+
+def leave_out_unanswered(turns: list[Turn], calls: dict[str, Call], log: ReplayLog) -> list[Turn]:
+    """Tool calls the history never answers, left out with what only they justified (issue 25 item 1).
+
+    A call with no tool message for it — in practice the call of a run that failed or was cut off
+    after the call was complete, which the client therefore never ran — cannot go back: every
+    provider rejects an assistant call without its result (OpenAI "No tool output found for
+    function call", Anthropic "tool_use ids were found without tool_result blocks", Bedrock
+    ValidationException; Gemini and Interactions pair each call with its response). So:
+
+    * the call is left out, warned (``unanswered_tool_call``, naming the call id);
+    * the reasoning that led to it and to nothing else — reasoning units left at the end of
+      the turn once its unanswered calls are gone (an OpenAI reasoning item whose following
+      item was the call, a Claude thinking block before a ``tool_use``) — goes with it
+      (``unanswered_call_reasoning``);
+    * when that turn is the last thing in the history (the client retries the same
+      messages), the whole turn is left out: the retry produces it again, and what is left of
+      it would be a prefilled assistant message the thinking models refuse.
+    """
+    answered = {r.call.entity_id for t in turns if isinstance(t, ToolResults) for r in t.results}
+    kept: list[Turn] = []
+    for position, turn in enumerate(turns):
+        if not isinstance(turn, AssistantTurn):
+            kept.append(turn)
+            continue
+        unanswered = [u for u in turn.calls if u.entity_id not in answered]
+        if not unanswered:
+            kept.append(turn)
+            continue
+        for call in unanswered:
+            calls.pop(call.entity_id, None)
+            log.warn(
+                "unanswered_tool_call",
+                f"tool call {call.entity_id} has no result in the history (its run ended before the tool ran): "
+                "left out, with what only it justified — the provider rejects a call without its result",
+                entity_id=call.entity_id,
+            )
+        units = [u for u in turn.units if all(u is not c for c in unanswered)]
+        last = position == len(turns) - 1
+        while units and (last or isinstance(units[-1], Reasoning)):
+            unit = units.pop()
+            if isinstance(unit, Reasoning):
+                log.warn(
+                    "unanswered_call_reasoning",
+                    f"reasoning {unit.entity_id} led only to an unanswered tool call: left out with it",
+                    entity_id=unit.entity_id,
+                )
+            else:
+                log.counters["unanswered_turn_units"] += 1
+        if units:
+            kept.append(AssistantTurn(units))
+    return kept
 
 
 def restore_unseen(conversation: Conversation) -> None:
@@ -652,6 +737,11 @@ def _position(unit: Reasoning | Text | Call, record: ArtefactRecord) -> int | No
         if other.native.response_id == response and other.run_id == record.run_id:
             return other.native.position
     if record.issuer.grammar not in _INDEXED_IDS:
+        return None
+    if isinstance(unit, Call):  # a provider id: the translator's start-event hint places it (issue 25 item 3)
+        index, owner = metadata_hint(unit.call.metadata, "blockIndex"), metadata_hint(unit.call.metadata, "responseId")
+        if type(index) is int and owner is not None and owner in (response, record.run_id):
+            return index
         return None
     for prefix in dict.fromkeys(p for p in (response, record.run_id) if p):
         head, _, index = unit.entity_id.rpartition(":")
@@ -760,6 +850,45 @@ class ReplayBuilder:
     def needs_artefact(self, unit: Reasoning | Text | Call, conversation: Conversation) -> bool:
         """Whether the provider rejects an open tool loop whose current turn lacks this unit's state."""
         return False
+
+    call_id_limit: ClassVar[int | None] = None
+    """Longest tool-call id the grammar accepts; with ``call_id_pattern``, None = unconstrained."""
+    call_id_pattern: ClassVar[re.Pattern[str] | None] = None
+    """What a tool-call id must match in this grammar (Anthropic ``^[a-zA-Z0-9_-]+$``)."""
+
+    def call_id(self, call_id: str, conversation: Conversation) -> str:
+        """The id a call (and its result, alike) carries in this grammar (issue 25 item 5).
+
+        An id another grammar issued or reasonwire minted (Gemini 2.5 calls have none, so the
+        translator mints ``<responseId>:tool:<n>``) may break this grammar's rule: it is rewritten
+        the same way every time — invalid characters to ``_``, and when that changed it or it is too
+        long, a hash of the original id appended — so the call and its result still pair and two ids
+        never collide. Valid ids go back unchanged."""
+        pattern, limit = self.call_id_pattern, self.call_id_limit
+        if pattern is None or (pattern.fullmatch(call_id) and (limit is None or len(call_id) <= limit)):
+            return call_id
+        rewritten = rewrite_call_id(call_id, limit or 64)
+        if call_id not in conversation.rewritten_ids:
+            conversation.rewritten_ids[call_id] = rewritten
+            conversation.log.counters["call_ids_rewritten"] += 1
+            conversation.log.warn(
+                "call_id_rewritten",
+                f"tool call {call_id} has an id {self.grammar.value} does not accept: sent as {rewritten}, "
+                "its result alike",
+                entity_id=call_id,
+            )
+        return rewritten
+
+
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def rewrite_call_id(call_id: str, limit: int) -> str:
+    """A tool-call id of ``[A-Za-z0-9_-]`` within ``limit`` characters, the same for the same input:
+    readable where it can be (the id with invalid characters as ``_``), unique by a hash of the original."""
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    readable = _ID_UNSAFE.sub("_", call_id)[: max(0, limit - len(digest) - 4)]
+    return f"rw_{readable}_{digest}" if readable else f"rw_{digest}"
 
 
 def replay_conversation(

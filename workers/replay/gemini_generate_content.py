@@ -9,7 +9,8 @@ arrived (unknown fields included) with the signature back on that very part,
 byte for byte (R3): a signed ``functionCall`` part, a signed thought part, the
 trailing ``{"text": "", "thoughtSignature"}`` part. The text around signed
 parts comes from the client's messages: thought text as ``thought: true``
-parts, answer text as text parts; a signature-only part goes last in its
+parts, answer text as text parts, each signed part at the offset its record
+names (never found by searching the text); a signature-only part goes last in its
 message (Gemini puts the signature of a non-call response on the last part,
 §3.3). Unsigned calls are rebuilt from the client's tool calls, grouped and
 ordered as received.
@@ -33,7 +34,8 @@ replayable signature fails the replay before the call. For a Gemini 3 target
 that holds for the first call of every step of the open loop, whoever issued
 it: switching into Gemini 3 in the middle of another provider's tool loop is
 refused the same way (Google's documented bypass signatures are not sent;
-``docs/replay.md`` says why).
+``docs/replay.md`` says why). The other way — a Gemini 3 loop continued on Gemini 2.5,
+which does not validate call signatures — goes through with the 3 signatures left out.
 """
 
 from __future__ import annotations
@@ -93,11 +95,15 @@ class GeminiGenerateContentReplay(ReplayBuilder):
         Google's bypass values for foreign history are not used: see ``docs/replay.md``."""
         if not isinstance(unit, Call):
             return False
+        validates = validates_call_signatures(conversation.continuity.model_family)
+        if unit.excluded and all(e.issuer for e in unit.excluded) and not validates:
+            # A model change (Gemini 3 → 2.5) inside the loop: the other model's signature is left out
+            # (foreign_issuer) and the call goes unsigned — a target that does not validate call
+            # signatures accepts it (REFERENCE §3.3). docs/replay.md, issue 25 decision.
+            return False
         if unit.excluded or unit.client_value:
             return True
-        return validates_call_signatures(conversation.continuity.model_family) and _first_call_of_its_step(
-            unit, conversation
-        )
+        return validates and _first_call_of_its_step(unit, conversation)
 
     def _model_parts(self, turn: AssistantTurn, conversation: Conversation, minted: set[str]) -> list[dict[str, Any]]:
         parts: list[dict[str, Any]] = []
@@ -158,7 +164,7 @@ def _text_parts(content: str, unit: Reasoning | Text, *, thought: bool) -> list[
         if not signed_text:
             trailing.append(block)  # a signature-only part is the last part of its message (§3.3)
             continue
-        at = content.find(signed_text, cursor)
+        at = _signed_part_at(content, signed_text, cursor, record.native.extra.get("textOffset"))
         if at < 0:  # the client no longer holds that text (filtered or edited): the signed part as received
             parts.append(block)
             continue
@@ -167,6 +173,21 @@ def _text_parts(content: str, unit: Reasoning | Text, *, thought: bool) -> list[
         cursor = at + len(signed_text)
     unsigned(content[cursor:])
     return parts + trailing
+
+
+def _signed_part_at(content: str, signed_text: str, cursor: int, offset: Any) -> int:
+    """Where a signed part's text starts in the client's text (issue 25 item 4).
+
+    The record says where the part streamed (``extra.textOffset``); that place is used when the
+    client's text still holds the part's text there. A search would find an earlier occurrence of
+    a common chunk (".", "\n", " the") and move the signature into an earlier part. Records
+    without the offset (stored before it existed) fall back to the first occurrence after the
+    previous signed part."""
+    if type(offset) is int and cursor <= offset and content.startswith(signed_text, offset):
+        return offset
+    if type(offset) is int:
+        return -1  # the client's text changed there: the signed part goes as received
+    return content.find(signed_text, cursor)
 
 
 def _minted_ids(conversation: Conversation) -> set[str]:

@@ -48,7 +48,7 @@ from reasonwire.contracts.artefacts import ArtefactSubtype, NativeBlock
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.usage import TokenCounts
 from reasonwire.workers.core.artefacts import HeldArtefact
-from reasonwire.workers.core.errors import ProviderGrammarError, optional, require, token_count
+from reasonwire.workers.core.errors import ProviderGrammarError, optional, require, require_index, token_count
 from reasonwire.workers.core.translator import Translator
 
 _SKIPPED_BLOCKS = frozenset(
@@ -139,7 +139,7 @@ class AnthropicMessagesTranslator(Translator):
     # -- content blocks ------------------------------------------------------------
 
     def _on_block_start(self, obj: dict[str, Any]) -> None:
-        index = require(obj, "index", int, where="content_block_start")
+        index = require_index(obj, "index", where="content_block_start")
         block = require(obj, "content_block", dict, where="content_block_start")
         kind = require(block, "type", str, where="content_block_start.content_block")
         if index in self._blocks:
@@ -188,10 +188,10 @@ class AnthropicMessagesTranslator(Translator):
         name = require(block, "name", str, where=where)
         entry = _Block("tool_use", tool_id, initial_input=optional(block, "input", dict, where=where))
         self._blocks[index] = entry
-        self.run.start_tool_call(index, tool_id, name)
+        self.run.start_tool_call(index, tool_id, name, metadata=self.block_hint(index))
 
     def _on_block_delta(self, obj: dict[str, Any]) -> None:
-        index = require(obj, "index", int, where="content_block_delta")
+        index = require_index(obj, "index", where="content_block_delta")
         delta = require(obj, "delta", dict, where="content_block_delta")
         kind = require(delta, "type", str, where="content_block_delta.delta")
         entry = self._block(index, "content_block_delta")
@@ -219,7 +219,7 @@ class AnthropicMessagesTranslator(Translator):
             self.counters["citations"] += 1
 
     def _on_block_stop(self, obj: dict[str, Any]) -> None:
-        index = require(obj, "index", int, where="content_block_stop")
+        index = require_index(obj, "index", where="content_block_stop")
         entry = self._block(index, "content_block_stop")
         if entry.kind in ("thinking", "redacted_thinking"):
             self._stop_reasoning(index, entry)

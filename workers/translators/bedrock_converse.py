@@ -81,7 +81,7 @@ from reasonwire.contracts.artefacts import ArtefactSubtype, NativeBlock
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.usage import TokenCounts
 from reasonwire.workers.core.artefacts import HeldArtefact
-from reasonwire.workers.core.errors import ProviderGrammarError, optional, require, token_count
+from reasonwire.workers.core.errors import ProviderGrammarError, optional, require, require_index, token_count
 from reasonwire.workers.core.translator import Translator
 
 _SEVERAL_MEMBERS = "(several event members)"
@@ -172,7 +172,7 @@ class BedrockConverseTranslator(Translator):
         if member == "toolUse" and optional(start, "type", str, where=where) != "server_tool_use":
             tool_id = require(start, "toolUseId", str, where=where)
             self._blocks[index] = _Block(_Kind.TOOL_USE, tool_id)
-            self.run.start_tool_call(index, tool_id, require(start, "name", str, where=where))
+            self.run.start_tool_call(index, tool_id, require(start, "name", str, where=where), metadata=self.block_hint(index))
         elif member == "toolUse" or member in _SERVER_BLOCKS:
             self._skip_block(index, "unsupported", "server_tool_use" if member == "toolUse" else member)
         else:
@@ -267,7 +267,7 @@ class BedrockConverseTranslator(Translator):
 
     def _block_event(self, obj: dict[str, Any], name: str) -> tuple[dict[str, Any], int]:
         event = _payload(obj, name)
-        index = require(event, "contentBlockIndex", int, where=name)
+        index = require_index(event, "contentBlockIndex", where=name)
         if self._message_stopped:
             raise ProviderGrammarError(f"{name}: content after messageStop")
         return event, index

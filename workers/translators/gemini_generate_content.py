@@ -45,7 +45,9 @@ in the order received with each tool-call id ↔ functionCall mapping: the next
 turn must resend the calls grouped and ordered as they came.
 
 Artefact record: ``native.block`` is the part without ``thoughtSignature``,
-``value_path`` ``["thoughtSignature"]``, ``position`` the part index,
+``value_path`` ``["thoughtSignature"]``, ``position`` the part index, for a signed text or
+thought part ``extra.textOffset`` (where its text starts in its message: replay puts the
+part back there, whatever the text — issue 25 item 4),
 ``response_id`` the ``responseId``.
 
 End: the chunk whose candidate has a ``finishReason`` (``STOP`` also ends tool-
@@ -74,7 +76,7 @@ from typing import Any
 from reasonwire.contracts.artefacts import ArtefactSubtype, NativeBlock
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.workers.core.artefacts import HeldArtefact
-from reasonwire.workers.core.errors import ProviderGrammarError, optional, require
+from reasonwire.workers.core.errors import ProviderGrammarError, optional, optional_index, require
 from reasonwire.workers.translators._gemini_common import GeminiTranslator, UsageFields, arguments_json
 
 SIGNATURE_KIND = "gemini.part.thoughtSignature"
@@ -108,6 +110,8 @@ class _Unit:
     """Ledger keys of the signatures held on this unit, in part order."""
     calls: list[dict[str, Any]] = field(default_factory=list)
     """Call groups only: tool-call id ↔ functionCall mapping, in the order received."""
+    chars: int = 0
+    """Text and thought units: characters of text streamed so far, where the next part's text starts."""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -163,7 +167,7 @@ class GeminiGenerateContentTranslator(GeminiTranslator):
             self._end_turn(blocked)
 
     def _on_candidate(self, candidate: dict[str, Any]) -> None:
-        index = optional(candidate, "index", int, where="candidate") or 0  # proto3 JSON omits index 0
+        index = optional_index(candidate, "index", where="candidate") or 0  # proto3 JSON omits index 0
         if index != 0:
             self.counters["skipped_candidates"] += 1
             self._warn("extra_candidate", f"candidate {index} skipped: a run translates candidate 0 only")
@@ -202,11 +206,15 @@ class GeminiGenerateContentTranslator(GeminiTranslator):
                     self.empty_signature("thoughtSignature", f"part {position}", "carries nothing")
                 return
             unit = self._unit_for(kind)
+            offset, unit.chars = unit.chars, unit.chars + len(text)
             if kind is PartKind.THOUGHT:
                 self.thought_text(unit.key, text)
             else:
                 self.run.text_content(unit.key, text)
             entity_id, subtype = unit.message_id or "", ArtefactSubtype.MESSAGE
+            if signature is not None:  # where the part's text starts in its message: replay splits there
+                self._hold_signature(unit, part, position, signature, entity_id, subtype, {"textOffset": offset})
+            return
         if signature is not None:
             self._hold_signature(unit, part, position, signature, entity_id, subtype)
 
@@ -236,6 +244,7 @@ class GeminiGenerateContentTranslator(GeminiTranslator):
         signature: str,
         entity_id: str,
         subtype: ArtefactSubtype,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         key = ("part", position)
         native = NativeBlock(
@@ -243,6 +252,7 @@ class GeminiGenerateContentTranslator(GeminiTranslator):
             position=position,
             block={name: value for name, value in part.items() if name != "thoughtSignature"},
             value_path=["thoughtSignature"],
+            extra=extra or {},
         )
         held = HeldArtefact(kind=SIGNATURE_KIND, subtype=subtype, entity_id=entity_id, value=signature, native=native)
         if self.hold_artefact(key, held, where=f"part {position}") and unit.kind is PartKind.THOUGHT:

@@ -54,7 +54,7 @@ from typing import Any
 from reasonwire.contracts.artefacts import ArtefactSubtype, NativeBlock
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.workers.core.artefacts import HeldArtefact
-from reasonwire.workers.core.errors import ProviderGrammarError, optional, require
+from reasonwire.workers.core.errors import ProviderGrammarError, optional, require, require_index
 from reasonwire.workers.translators._gemini_common import GeminiTranslator, UsageFields, arguments_json
 
 SIGNATURE_KIND = "gemini.interactions.thought.signature"
@@ -157,7 +157,7 @@ class GeminiInteractionsTranslator(GeminiTranslator):
     # -- steps ----------------------------------------------------------------------
 
     def _on_step_start(self, obj: dict[str, Any]) -> None:
-        index = require(obj, "index", int, where="step.start")
+        index = require_index(obj, "index", where="step.start")
         step = require(obj, "step", dict, where="step.start")
         kind = require(step, "type", str, where="step.start.step")
         if index in self._steps:
@@ -197,7 +197,7 @@ class GeminiInteractionsTranslator(GeminiTranslator):
         self.run.start_tool_call(index, tool_call_id, name)
 
     def _on_step_delta(self, obj: dict[str, Any]) -> None:
-        index = require(obj, "index", int, where="step.delta")
+        index = require_index(obj, "index", where="step.delta")
         delta = require(obj, "delta", dict, where="step.delta")
         kind = require(delta, "type", str, where="step.delta.delta")
         entry = self._step(index, "step.delta")
@@ -233,7 +233,7 @@ class GeminiInteractionsTranslator(GeminiTranslator):
         self.run.tool_call_args(index, fragment)
 
     def _on_step_stop(self, obj: dict[str, Any]) -> None:
-        index = require(obj, "index", int, where="step.stop")
+        index = require_index(obj, "index", where="step.stop")
         entry = self._step(index, "step.stop")
         if entry.kind != "skipped":
             self._close_step(index, entry)

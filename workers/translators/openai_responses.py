@@ -85,7 +85,7 @@ from reasonwire.contracts.artefacts import ArtefactSubtype, NativeBlock
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.usage import TokenCounts
 from reasonwire.workers.core.artefacts import HeldArtefact
-from reasonwire.workers.core.errors import ProviderGrammarError, optional, require, token_count
+from reasonwire.workers.core.errors import ProviderGrammarError, optional, require, require_index, token_count
 from reasonwire.workers.core.translator import Translator
 
 ENCRYPTED_CONTENT_KIND = "openai.reasoning.encrypted_content"
@@ -342,7 +342,7 @@ class OpenAIResponsesTranslator(Translator):
 
     def _on_item_added(self, obj: dict[str, Any]) -> None:
         where = "response.output_item.added"
-        index = require(obj, "output_index", int, where=where)
+        index = require_index(obj, "output_index", where=where)
         item = require(obj, "item", dict, where=where)
         kind = require(item, "type", str, where=f"{where}.item")
         if index in self._items:
@@ -368,7 +368,7 @@ class OpenAIResponsesTranslator(Translator):
 
     def _on_item_done(self, obj: dict[str, Any]) -> None:
         where = "response.output_item.done"
-        index = require(obj, "output_index", int, where=where)
+        index = require_index(obj, "output_index", where=where)
         item = require(obj, "item", dict, where=where)
         self._finish_item(self._entry(index, where), item, where=f"{where}.item")
 
@@ -489,8 +489,8 @@ class OpenAIResponsesTranslator(Translator):
     def _content_channel(self, obj: dict[str, Any], part: dict[str, Any], where: str) -> Channel | None:
         """The channel of a content part, or None for a part that is skipped (P3)."""
         kind = require(part, "type", str, where=f"{where}.part")
-        entry = self._entry(require(obj, "output_index", int, where=where), where)
-        index = require(obj, "content_index", int, where=where)
+        entry = self._entry(require_index(obj, "output_index", where=where), where)
+        index = require_index(obj, "content_index", where=where)
         if entry.kind == "skipped" or index in entry.skipped_parts:
             return None
         channel = _PART_CHANNELS.get(kind)
@@ -610,8 +610,8 @@ class OpenAIResponsesTranslator(Translator):
         self, obj: dict[str, Any], channel: Channel, index_field: str, where: str
     ) -> tuple[_Item | None, int]:
         """The open item a part event addresses (None when the item is skipped) and the part index."""
-        entry = self._entry(require(obj, "output_index", int, where=where), where)
-        index = require(obj, index_field, int, where=where) if index_field else 0
+        entry = self._entry(require_index(obj, "output_index", where=where), where)
+        index = require_index(obj, index_field, where=where) if index_field else 0
         if entry.kind == "skipped" or (channel is not Channel.ARGUMENTS and index in entry.skipped_parts):
             return None, index
         if entry.kind != _CHANNEL_ITEM[channel]:
