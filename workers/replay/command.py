@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--honour-client-omissions",
         action="store_true",
-        help="the client keeps encrypted values (R5): a message it holds without one had it withdrawn",
+        help="the client is one that keeps encrypted reasoning values: a message it holds without one had it withdrawn"
+        " (by the client, on purpose), so it is not sent back",
     )
     parser.add_argument("input", nargs="?", default="-", help="RunAgentInput or messages JSON, or - for stdin")
 
@@ -103,10 +104,10 @@ async def _from_redis(tenant: str, thread_id: str) -> list[Any]:
 
     from reasonwire.workers.errors import ServiceUnreachable
     from reasonwire.workers.replay.sources import read_thread
-    from reasonwire.workers.settings import WorkerSettings
+    from reasonwire.workers.settings import ReplaySettings
     from reasonwire.workers.store import ArtefactStore
 
-    settings = WorkerSettings.from_env()
+    settings = ReplaySettings.from_env()
     redis = connect(settings.redis_url, socket_connect_timeout=10)  # a store that does not answer fails, not hangs
     try:
         store = ArtefactStore(redis, artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
