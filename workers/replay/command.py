@@ -103,6 +103,7 @@ async def _from_redis(tenant: str, thread_id: str) -> list[Any]:
     from reasonwire.workers.redis_connect import connect
 
     from reasonwire.workers.errors import ServiceUnreachable
+    from reasonwire.workers.preflight import redis_unreachable
     from reasonwire.workers.replay.sources import read_thread
     from reasonwire.workers.settings import ReplaySettings
     from reasonwire.workers.store import ArtefactStore
@@ -112,8 +113,8 @@ async def _from_redis(tenant: str, thread_id: str) -> list[Any]:
     try:
         store = ArtefactStore(redis, artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
         return await read_thread(store, tenant, thread_id)
-    except RedisError as exc:
-        raise ServiceUnreachable(f"cannot read artefacts from Redis ({type(exc).__name__}); set REDIS_URL or use --artefacts") from None
+    except RedisError as exc:  # the same line as every command's (preflight), and the way around it
+        raise ServiceUnreachable(f"{redis_unreachable(settings, exc)}; or give --artefacts FILE") from None
     finally:
         await redis.aclose()
 
