@@ -2,7 +2,9 @@
 
 ``reasonwire replay --provider GRAMMAR [--model M] [--issuer-scope S] [--artefacts FILE]
 [--tenant T] [--thread-id T] [--honour-client-omissions] [FILE|-]`` reads a JSON
-``RunAgentInput`` (or a bare messages array) as the client holds it and writes one
+``RunAgentInput`` (or a bare messages array) as the client holds it — or the AG-UI events
+``reasonwire translate`` wrote (JSONL), folded by :class:`~reasonwire.workers.consumer.AgUiConsumer`
+as a client folds them, so ``translate`` → ``replay`` needs no hand-built history — and writes one
 JSON object to stdout: OpenAI ``{"input": …}``, Anthropic ``{"messages": …}``,
 Gemini generateContent ``{"contents": …}``, Gemini Interactions ``{"input": …}``,
 Bedrock ``{"messages": …}`` (plus the grammar's system field when the history
@@ -44,7 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the client is one that keeps encrypted reasoning values: a message it holds without one had it withdrawn"
         " (by the client, on purpose), so it is not sent back",
     )
-    parser.add_argument("input", nargs="?", default="-", help="RunAgentInput or messages JSON, or - for stdin")
+    parser.add_argument(
+        "input", nargs="?", default="-", help="RunAgentInput or messages JSON, or the AG-UI events `translate` wrote (JSONL); - for stdin"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read_json(name: str) -> Any:
+    """The history: one JSON document (a ``RunAgentInput`` or a messages array), or the AG-UI
+    events ``reasonwire translate`` writes (JSONL), folded into messages as a client holds them."""
     try:
         text = sys.stdin.buffer.read().decode("utf-8") if name == "-" else open(name, encoding="utf-8").read()  # noqa: SIM115
     except OSError as exc:
@@ -79,9 +85,53 @@ def _read_json(name: str) -> Any:
     except UnicodeDecodeError:
         raise UserError(f"{name} is not UTF-8 text") from None
     try:
-        return json.loads(text)
+        document = json.loads(text)
     except json.JSONDecodeError as exc:
+        if _first_is_event(text):
+            return _fold_events(text, name)
         raise UserError(f"{name} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    if isinstance(document, dict) and isinstance(document.get("type"), str) and "messages" not in document:
+        return _fold_events(text, name)  # a stream of one event
+    return document
+
+
+def _first_is_event(text: str) -> bool:
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    try:
+        event = json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(event, dict) and isinstance(event.get("type"), str)
+
+
+def _fold_events(text: str, name: str) -> dict[str, Any]:
+    """AG-UI events (one JSON object per line) → the ``RunAgentInput`` a client holding them would
+    send next: the folding is :class:`~reasonwire.workers.consumer.AgUiConsumer`'s, the thread id
+    the ``RUN_STARTED`` event's. What the consumer drops is said on stderr, never a value (P8)."""
+    from reasonwire.workers.consumer import AgUiConsumer
+
+    consumer = AgUiConsumer()
+    thread_id: str | None = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{name} line {number} is not JSON ({exc.msg}): expected one AG-UI event per line") from None
+        if not isinstance(event, dict):
+            raise UserError(f"{name} line {number} is not an AG-UI event (a JSON object with a type)")
+        if event.get("type") == "RUN_STARTED" and isinstance(event.get("threadId"), str):
+            thread_id = thread_id or event["threadId"]
+        step = consumer.feed(event)
+        for warning in step.warnings:
+            print(f"reasonwire: warning: {name} line {number}: {warning.message}", file=sys.stderr)
+        if step.fatal is not None:
+            raise UserError(f"{name} line {number}: {step.fatal}")
+    history: dict[str, Any] = {"messages": consumer.wire_messages()}
+    if thread_id is not None:
+        history["threadId"] = thread_id
+    return history
 
 
 def _artefacts(args: argparse.Namespace, thread_id: str | None) -> list[Any]:
