@@ -13,11 +13,14 @@ traceback (:mod:`reasonwire.workers.errors`). Exit statuses, every command:
 * 0 — done (an interrupted or provider-failed run is still a translation);
 * 1 — ``translate``: an event was malformed (R7: the run ends with ``RUN_ERROR``
   and the line is named); ``replay``: the provider would reject what is left;
-  ``topics apply``: a topic still differs from the plan;
-* 2 — unusable arguments, input, path or configuration (an ``RW_*`` value, the
-  policy file): input with no events, a stream of another grammar;
+  ``topics apply``: a topic still differs from the plan; ``ingest``: the broker
+  refused a record;
+* 2 — unusable arguments, input, path or configuration (any variable of the
+  command's settings, the policy file, credentials a service refuses, topics missing
+  without ``RW_CREATE_TOPICS``, a gateway port already taken): input with no events,
+  a stream of another grammar;
 * 3 — a service (the Kafka broker, Redis) is unreachable;
-* 130 — interrupted (Ctrl-C).
+* 130 — interrupted (Ctrl-C), quietly even during the start-up (:mod:`reasonwire.workers.launch`).
 """
 
 from __future__ import annotations
