@@ -121,11 +121,26 @@ class _ToRoot(logging.StreamHandler):  # type: ignore[type-arg]
         logging.getLogger().handle(record)
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler on whatever ``sys.stderr`` is when a record is written (a test harness may swap it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property  # type: ignore[override]
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass
+
+
 def configure(settings: LogSettings, stream: object = None) -> logging.Handler:
     """Log as ``settings`` say, to ``stream`` (default stderr), for the whole process; returns the
     handler. Called once by each command before any client is made; calling again replaces it."""
     level = logging.getLevelName(settings.log_level)
-    handler = logging.StreamHandler(stream or sys.stderr)  # type: ignore[arg-type]
+    handler = logging.StreamHandler(stream) if stream is not None else _Stderr()  # type: ignore[arg-type]
     handler.setFormatter(JsonFormatter() if settings.log_format == "json" else logging.Formatter(TEXT_FORMAT))
     handler.setLevel(level)
     root = logging.getLogger()
