@@ -17,7 +17,7 @@ import os
 import socket
 import sys
 
-from reasonwire.workers.errors import UserError
+from reasonwire.workers.errors import ServiceUnreachable, UserError
 from reasonwire.workers.settings import GatewaySettings
 
 
@@ -37,8 +37,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     settings = GatewaySettings.from_env()  # a bad RW_GATEWAY_* value is the one line to say, before anything else
     overrides = {name: value for name in ("host", "port") if (value := getattr(args, name)) is not None}
-    if overrides:
-        settings = GatewaySettings.model_validate({**settings.model_dump(), **overrides})
+    if not 0 <= overrides.get("port", 0) <= 65535:
+        raise UserError(f"--port {args.port}: not a port number (0-65535)")
+    settings = settings.model_copy(update=overrides)
     from reasonwire.workers.logs import configure
 
     configure(settings)
@@ -106,5 +107,8 @@ def serve(settings: GatewaySettings, keys: object, listener: socket.socket) -> i
         use_colors=False,
         lifespan="on",
     )
-    uvicorn.Server(config).run(sockets=[listener])
+    server = uvicorn.Server(config)
+    server.run(sockets=[listener])
+    if not server.started:  # the app's start failed after the checks (a service lost meanwhile): logged above
+        raise ServiceUnreachable("the gateway did not start: its start-up failed after the service checks (the log above says why)")
     return 0
