@@ -224,7 +224,7 @@ class TopicSettings(TopicPlanSettings):
     """A process that needs topics: create them, or only check they exist."""
 
     create_topics: bool = Field(
-        False, description="create the missing topics at start-up (else only check them: one line naming the missing ones, exit 2)"
+        False, description="create the missing topics at start-up (else only check they exist, and name the missing ones)"
     )
 
 
