@@ -64,9 +64,11 @@ test-unit: $(STAMP) ## run the tests that need no services
 
 # The main job: Kafka + Redis (a private pair on spare ports, or the ones
 # KAFKA_BOOTSTRAP_SERVERS / REDIS_URL name; deploy/with-services.sh),
-# the normalizer worker, the sample streams published and the results shown. Without Java
+# the normalizer worker, the sample streams published and the results shown, each run's viewer
+# URL on the gateway (deploy/run-demo.sh: kept up until Ctrl-C in a terminal, RW_DEMO_HOLD=1|0
+# to choose; stopped at once elsewhere, so CI and the tests end by themselves). Without Java
 # (no way to run the broker) it says what to install and translates offline instead.
-run: $(STAMP) ## the whole pipeline on the sample streams: services, worker, publish, show, stop
+run: $(STAMP) ## the whole pipeline on the sample streams: services, worker, gateway, publish, show; in a terminal the viewer stays up until Ctrl-C
 	@if [ -z "$${KAFKA_BOOTSTRAP_SERVERS:-}" ] && ! command -v java >/dev/null; then \
 	  echo "make run: no Kafka broker: set KAFKA_BOOTSTRAP_SERVERS, or install Java 17 and Maven (apt-get install openjdk-17-jre-headless maven); translating offline instead"; \
 	  $(MAKE) --no-print-directory translate-samples; exit 0; \
@@ -82,9 +84,11 @@ e2e-deps: ## install what the gateway e2e tests need: Node.js + npm, chromium (a
 	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 	@test -d tests/e2e_node/node_modules || (cd tests/e2e_node && npm ci --no-audit --no-fund --loglevel=error)
 
-gateway: $(STAMP) ## run `reasonwire gateway` (AG-UI SSE, HttpAgent endpoint, HTTP ingress, viewer) on GATEWAY_PORT (8780); keys from RW_GATEWAY_KEYS(_FILE)
-	@set -a; eval "$$(bash deploy/services.sh up)"; set +a; \
-	$(VENV)/bin/reasonwire gateway --port $${GATEWAY_PORT:-8780}
+# Services as for `make run` (deploy/with-services.sh: the ones KAFKA_BOOTSTRAP_SERVERS / REDIS_URL
+# name, else a private pair on spare ports); the gateway creates its topic; Ctrl-C stops it and
+# the services it started.
+gateway: $(STAMP) ## run `reasonwire gateway` (AG-UI SSE, HttpAgent endpoint, HTTP ingress, viewer) on GATEWAY_PORT (8780) until Ctrl-C, services included; keys from RW_GATEWAY_KEYS(_FILE)
+	@RW_CREATE_TOPICS=true bash deploy/with-services.sh $(VENV)/bin/reasonwire gateway --port $${GATEWAY_PORT:-8780}
 
 translate-samples: $(STAMP) ## run `reasonwire translate` over the sample streams (tests/fixtures, or RW_SAMPLES), no services
 	@mkdir -p out

@@ -2,8 +2,14 @@
 # deploy/run-demo.sh - `make run`'s main job, run inside deploy/with-services.sh (which exports
 # KAFKA_BOOTSTRAP_SERVERS / REDIS_URL): start `reasonwire gateway` on GATEWAY_PORT (default: a
 # spare port) with a one-off demo key, run `reasonwire demo` (worker, samples published,
-# events and artefacts shown, the viewer URL of each run printed), then stop the gateway —
-# unless KEEP_SERVICES=1, which leaves it running and says where. Exit status: the demo's.
+# events and artefacts shown, the viewer URL of each run printed), then:
+#
+# * RW_DEMO_HOLD=1, or unset with stdin and stdout on a terminal: keep the gateway (and so the
+#   viewer URLs, and the services with-services.sh started) up until Ctrl-C, then stop them all;
+# * RW_DEMO_HOLD=0, or unset elsewhere (CI, tests, a pipe): stop the gateway and return;
+# * KEEP_SERVICES=1: leave the gateway running in the background and say how to stop it.
+#
+# Exit status: the demo's (a hold ended by Ctrl-C is still the demo's success).
 set -uo pipefail
 
 VENV="${VENV:-.venv}"
@@ -23,10 +29,31 @@ echo "gateway log: $gateway_log" >&2
 
 "$VENV/bin/reasonwire" demo
 rc=$?
+
+hold="${RW_DEMO_HOLD:-}"
+if [[ -z "$hold" ]]; then
+    if [[ -t 0 && -t 1 ]]; then hold=1; else hold=0; fi
+fi
+
 if [[ -n "${KEEP_SERVICES:-}" ]]; then
     echo "gateway (pid $gateway) keeps running on $RW_GATEWAY_URL; stop it with: kill $gateway"
-else
-    kill "$gateway" 2>/dev/null
-    wait "$gateway" 2>/dev/null
+    exit "$rc"
 fi
+if [[ "$rc" -eq 0 && "$hold" == 1 ]]; then
+    if kill -0 "$gateway" 2>/dev/null; then
+        # The gateway is a background job of this script: Ctrl-C reaches this shell, not it.
+        trap 'kill "$gateway" 2>/dev/null' INT TERM
+        echo
+        echo "The viewer URLs above work while the gateway runs: press Ctrl-C to stop it and the services."
+        wait "$gateway"
+        wait "$gateway" 2>/dev/null
+        echo "gateway stopped"
+        exit "$rc"
+    fi
+    echo "make run: the gateway is not running, so the viewer URLs above will not open; its log: $gateway_log" >&2
+    tail -3 "$gateway_log" >&2
+fi
+kill "$gateway" 2>/dev/null
+wait "$gateway" 2>/dev/null
+[[ "$hold" == 1 ]] || echo "gateway stopped, so the viewer URLs above no longer answer: run \`make run\` in a terminal (or RW_DEMO_HOLD=1 make run) to keep it up until Ctrl-C"
 exit "$rc"

@@ -13,13 +13,22 @@ traceback (:mod:`reasonwire.workers.errors`). Exit statuses, every command:
 * 0 — done (an interrupted or provider-failed run is still a translation);
 * 1 — ``translate``: an event was malformed (R7: the run ends with ``RUN_ERROR``
   and the line is named); ``replay``: the provider would reject what is left;
-* 2 — unusable arguments, input, path or configuration (an ``RW_*`` value, the
-  policy file): input with no events, a stream of another grammar;
+  ``topics apply``: a topic still differs from the plan; ``ingest``: the broker
+  refused a record;
+* 2 — unusable arguments, input, path or configuration (any variable of the
+  command's settings, the policy file, credentials a service refuses, topics missing
+  without ``RW_CREATE_TOPICS``, a gateway port already taken): input with no events,
+  a stream of another grammar;
 * 3 — a service (the Kafka broker, Redis) is unreachable;
-* 130 — interrupted (Ctrl-C).
+* 130 — interrupted (Ctrl-C), quietly even during the start-up (:mod:`reasonwire.workers.launch`).
 """
 
 from __future__ import annotations
+
+if __name__ == "__main__":  # `python -m reasonwire.workers.cli`: quiet Ctrl-C during the imports below
+    from reasonwire.workers.launch import hold_interrupts
+
+    hold_interrupts()
 
 import argparse
 import hashlib
@@ -31,7 +40,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 import orjson
 
@@ -40,11 +49,24 @@ from reasonwire.workers import ingress_cli
 from reasonwire.workers.core.translator import Translation, Translator
 from reasonwire.workers.core.wire import event_json, record_json
 from reasonwire.workers.gateway import command as gateway_command
+from reasonwire.workers.launch import release_interrupts
 from reasonwire.workers.errors import UserError
 from reasonwire.workers.replay import command as replay_command
 from reasonwire.workers.sse import ProviderEvent, read_events
-from reasonwire.workers.settings import WorkerSettings, settings_help
+from reasonwire.workers.settings import (
+    DemoSettings,
+    EraseSettings,
+    GatewaySettings,
+    IngestSettings,
+    NormalizeSettings,
+    ReplaySettings,
+    ReplayWorkerSettings,
+    Settings,
+    settings_epilog,
+)
 from reasonwire.workers.translators import implemented, translator_for
+
+S = TypeVar("S", bound=Settings)
 
 REPEATS_SHOWN = 10
 """``translate`` names this many warnings of one kind line by line, then only counts them (said at the end)."""
@@ -56,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "command"):
         parser.print_help()
         return 2
+    if not getattr(args, "starts_services", False):
+        release_interrupts()  # the command's own Ctrl-C handling from here (workers: after their checks)
     try:
         return int(args.command(args))
     except UserError as exc:
@@ -81,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reasonwire", description="Reasoning backbone: provider streams → AG-UI.")
     parser.add_argument("--version", action="version", version=f"reasonwire {_version()}")
     sub = parser.add_subparsers()
-    tr = sub.add_parser("translate", help="translate one provider stream to AG-UI events (offline)")
+    tr = sub.add_parser("translate", help="translate one provider stream to AG-UI events (offline)", **settings_epilog())
     tr.add_argument("--provider", required=True, choices=[g.value for g in Grammar], help="the stream's grammar")
     tr.add_argument("--artefacts", metavar="PATH", help="write artefact records (JSONL) here")
     tr.add_argument("--run-id", help="run id (default: the provider's response id)")
@@ -90,28 +114,35 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--issuer-scope", help="account/key/region the provider binds artefacts to")
     tr.add_argument("input", nargs="?", default="-", help="capture file, or - for stdin (default)")
     tr.set_defaults(command=_translate)
-    rp = sub.add_parser("replay", help="the next request's provider-native history from a client's AG-UI history")
+    rp = sub.add_parser(
+        "replay", help="the next request's provider-native history from a client's AG-UI history", **settings_epilog(ReplaySettings)
+    )
     replay_command.add_arguments(rp)
     rp.set_defaults(command=_replay)
-    with_settings = {"epilog": settings_help(), "formatter_class": argparse.RawDescriptionHelpFormatter}
     worker = sub.add_parser("worker", help="run a Kafka worker (configured from the environment)")
     worker_sub = worker.add_subparsers(required=True)
-    normalize = worker_sub.add_parser("normalize", help="reasoning.raw.v1 → AG-UI events, artefacts in Redis", **with_settings)
-    normalize.set_defaults(command=_normalize)
-    replay_worker = worker_sub.add_parser("replay", help="reasoning.replay.requests.v1 → replies (request/reply)", **with_settings)
-    replay_worker.set_defaults(command=_replay_worker)
-    erase = sub.add_parser("erase", help="remove every stored artefact of a thread (REDIS_URL)", **with_settings)
-    erase.add_argument("--tenant", default="default")
+    normalize = worker_sub.add_parser(
+        "normalize", help="reasoning.raw.v1 → AG-UI events, artefacts in Redis", **settings_epilog(NormalizeSettings)
+    )
+    normalize.set_defaults(starts_services=True, command=_normalize)
+    replay_worker = worker_sub.add_parser(
+        "replay", help="reasoning.replay.requests.v1 → replies (request/reply)", **settings_epilog(ReplayWorkerSettings)
+    )
+    replay_worker.set_defaults(starts_services=True, command=_replay_worker)
+    erase = sub.add_parser("erase", help="remove every stored artefact of a thread from Redis", **settings_epilog(EraseSettings))
+    erase.add_argument("--tenant", help="the thread's tenant (default: default, said on stderr)")
     erase.add_argument("--thread", required=True, help="thread id")
-    erase.set_defaults(command=_erase)
-    ingest = sub.add_parser("ingest", help="publish a provider stream (file or live stdin) to reasoning.raw.v1")
+    erase.set_defaults(starts_services=True, command=_erase)
+    ingest = sub.add_parser("ingest", help="publish a provider stream (file or live stdin) to reasoning.raw.v1", **settings_epilog(IngestSettings))
     ingress_cli.add_arguments(ingest)
-    ingest.set_defaults(command=ingress_cli.run)
-    gateway = sub.add_parser("gateway", help="AG-UI over HTTP/SSE: run events, HttpAgent endpoint, HTTP ingress, viewer")
+    ingest.set_defaults(starts_services=True, command=_ingest)
+    gateway = sub.add_parser(
+        "gateway", help="AG-UI over HTTP/SSE: run events, HttpAgent endpoint, HTTP ingress, viewer", **settings_epilog(GatewaySettings)
+    )
     gateway_command.add_arguments(gateway)
-    gateway.set_defaults(command=gateway_command.run)
-    demo = sub.add_parser("demo", help="the whole pipeline on the sample streams (needs Kafka and Redis)", **with_settings)
-    demo.set_defaults(command=_demo)
+    gateway.set_defaults(starts_services=True, command=gateway_command.run)
+    demo = sub.add_parser("demo", help="the whole pipeline on the sample streams (needs Kafka and Redis)", **settings_epilog(DemoSettings))
+    demo.set_defaults(starts_services=True, command=_demo)
     from reasonwire.workers import topics_command
 
     topics_command.add_topics_arguments(sub.add_parser("topics", help="the topic plan: print it, or create/check the topics"))
@@ -122,21 +153,25 @@ def _parser() -> argparse.ArgumentParser:
 # -- commands that need the services ---------------------------------------------------
 
 
-def _with_services(body: Callable[[WorkerSettings], int], *, kafka: bool = True, redis: bool = True) -> int:
-    """Settings validated, the services checked (bounded), then ``body(settings)``; a connection
-    lost later, or a path the command cannot write, is still one line (:class:`UserError`)."""
+def _with_services(kind: type[S], body: Callable[[S], int], *, kafka: bool = True, redis: bool = True) -> int:
+    """Settings validated (``kind``: exactly the variables the command reads), logging set up, the
+    services checked (bounded), then ``body(settings)``; a connection lost later, or a path the
+    command cannot write, is still one line (:class:`UserError`)."""
     import asyncio
 
-    from reasonwire.workers.logs import install
+    from reasonwire.workers.logs import configure
     from reasonwire.workers.preflight import check_services, service_failure
+    from reasonwire.workers.settings import LogSettings
 
-    install()  # before any consumer joins a group: its start-up transient is not an ERROR
-    settings = WorkerSettings.from_env()
-    asyncio.run(check_services(settings, kafka=kafka, redis=redis))
+    settings = kind.from_env()
+    if isinstance(settings, LogSettings):
+        configure(settings)  # before any consumer joins a group: its start-up transient is not an ERROR
+    asyncio.run(check_services(settings, kafka=kafka, redis=redis))  # type: ignore[arg-type]
+    release_interrupts()
     try:
         return body(settings)
     except Exception as exc:
-        failure = service_failure(exc, settings)
+        failure = service_failure(exc, settings)  # type: ignore[arg-type]
         if failure is None and isinstance(exc, OSError) and exc.filename is not None:
             failure = UserError(f"cannot use {exc.filename}: {exc.strerror}")
         if failure is None:
@@ -145,44 +180,56 @@ def _with_services(body: Callable[[WorkerSettings], int], *, kafka: bool = True,
 
 
 def _erase(args: argparse.Namespace) -> int:
-    """Erase a thread's stored state and say what was removed (P7)."""
+    """Erase a thread's stored state and say what was removed. Without ``--tenant`` the thread is
+    the ``default`` tenant's, and stderr says so: a thread of another tenant is not touched, and an
+    erase that found nothing must not pass for one that worked."""
     import asyncio
     import json
 
     from reasonwire.workers.redis_connect import connect
     from reasonwire.workers.store import ArtefactStore
 
-    def erase(settings: WorkerSettings) -> int:
+    tenant = args.tenant if args.tenant is not None else "default"
+
+    def erase(settings: EraseSettings) -> int:
         async def go() -> dict[str, list[str]]:
             store = ArtefactStore(connect(settings.redis_url), artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
             try:
-                return await store.erase_thread(args.tenant, args.thread)  # across slots on a Redis Cluster
+                return await store.erase_thread(tenant, args.thread)  # across slots on a Redis Cluster
             finally:
                 await store.aclose()
 
         removed = asyncio.run(go())
-        print(json.dumps({"tenant": args.tenant, "thread": args.thread, "removed_artefacts": removed["artefacts"], "removed_journals": removed["journals"]}))
+        if args.tenant is None:
+            found = "" if removed["artefacts"] or removed["journals"] else " (nothing was stored there; give --tenant for another tenant's thread)"
+            print(f"reasonwire: erased thread {args.thread!r} of tenant 'default' (no --tenant given){found}", file=sys.stderr)
+        print(json.dumps({"tenant": tenant, "thread": args.thread, "removed_artefacts": removed["artefacts"], "removed_journals": removed["journals"]}))
         return 0
 
-    return _with_services(erase, kafka=False)
+    return _with_services(EraseSettings, erase, kafka=False)
 
 
 def _demo(args: argparse.Namespace) -> int:
     from reasonwire.workers.demo import main as demo_main
 
-    return _with_services(lambda settings: demo_main())
+    return _with_services(DemoSettings, demo_main)
 
 
 def _normalize(args: argparse.Namespace) -> int:
     from reasonwire.workers.normalize import run  # imported here: `translate` needs no Kafka client
 
-    return _with_services(lambda settings: run(settings) or 0)
+    return _with_services(NormalizeSettings, lambda settings: run(settings) or 0)  # type: ignore[arg-type]
 
 
 def _replay_worker(args: argparse.Namespace) -> int:
     from reasonwire.workers.replay_worker import run  # imported here: `replay` needs no Kafka client
 
-    return _with_services(lambda settings: run(settings) or 0)
+    return _with_services(ReplayWorkerSettings, lambda settings: run(settings) or 0)  # type: ignore[arg-type]
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    """The broker checked first (exit 3, one line), as for every command that needs it."""
+    return _with_services(IngestSettings, lambda settings: ingress_cli.run(args), redis=False)
 
 
 def _replay(args: argparse.Namespace) -> int:

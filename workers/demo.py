@@ -35,7 +35,7 @@ from reasonwire.workers.ingress import RunEnvelope, raw_records
 from reasonwire.workers.kafka_security import client_kwargs
 from reasonwire.workers.normalize import ensure_topics
 from reasonwire.workers.redis_connect import connect
-from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.settings import DemoSettings
 from reasonwire.workers.sse import read_events
 from reasonwire.workers.store import ArtefactStore
 from reasonwire.workers.translators import implemented
@@ -55,9 +55,9 @@ def sample_streams(folder: str | None = None) -> tuple[Path, list[Path]]:
     return FIXTURES, [p for g in implemented() for c in SAMPLE_CASES if (p := FIXTURES / g.value / f"{c}.jsonl").exists()]
 
 
-def main() -> int:
-    settings = WorkerSettings.from_env()
-    root, samples = sample_streams(os.environ.get("RW_SAMPLES"))
+def main(settings: DemoSettings | None = None) -> int:
+    settings = settings or DemoSettings.from_env()
+    root, samples = sample_streams(settings.samples)
     if not samples:
         print(f"reasonwire demo: no sample streams under {root} (expected <grammar>/*.jsonl; RW_SAMPLES names the folder)", file=sys.stderr)
         return 2
@@ -88,7 +88,7 @@ def _wait_for_assignment(worker: subprocess.Popen[bytes], log_path: Path, timeou
     raise SystemExit(f"the worker did not start (exit status {worker.poll()}); see {log_path}")
 
 
-async def _publish_and_show(settings: WorkerSettings, samples: list[Path], event_partitions: int) -> int:
+async def _publish_and_show(settings: DemoSettings, samples: list[Path], event_partitions: int) -> int:
     tag = uuid.uuid4().hex[:6]
     runs = {
         f"demo-{tag}-{p.parent.name}-{p.stem}": RunEnvelope(Grammar(p.parent.name).value, f"demo-{tag}-{p.parent.name}-{p.stem}", f"thread-{tag}-{p.parent.name}-{p.stem}", tenant="demo")
@@ -115,10 +115,10 @@ async def _publish_and_show(settings: WorkerSettings, samples: list[Path], event
         await producer.stop()
         await consumer.stop()
     await _show_artefacts(settings, [(f"{p.parent.name}/{p.stem}", run) for p, run in zip(samples, runs.values(), strict=True)])
-    if gateway := os.environ.get("RW_GATEWAY_URL"):  # `make run` starts `reasonwire gateway` (docs/gateway.md)
+    if gateway := settings.gateway_url:  # `make run` starts `reasonwire gateway` (docs/gateway.md)
         print(f"\nviewer (gateway {gateway}, tenant 'demo'; key in the URL fragment, never sent):")
         for run in runs.values():
-            print(f"  {gateway}/v1/viewer?thread={run.thread_id}&run={run.run_id}&audience=internal#key={os.environ.get('RW_DEMO_KEY', '')}")
+            print(f"  {gateway}/v1/viewer?thread={run.thread_id}&run={run.run_id}&audience=internal#key={settings.demo_key or ''}")
     return 0
 
 
@@ -147,7 +147,7 @@ def _summary(event: dict[str, object]) -> str:
     return f"{kind} {str(detail)[:60]!r}" if detail else kind
 
 
-async def _show_artefacts(settings: WorkerSettings, runs: list[tuple[str, RunEnvelope]]) -> None:
+async def _show_artefacts(settings: DemoSettings, runs: list[tuple[str, RunEnvelope]]) -> None:
     """The artefacts each sample's run stored, read back from Redis as replay would read them."""
     store = ArtefactStore(connect(settings.redis_url), artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
     try:

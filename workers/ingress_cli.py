@@ -4,7 +4,8 @@
 each provider event the moment its line (or SSE frame) is complete — the pipe may
 stay open for as long as the provider streams. End of input publishes ``end``;
 SIGINT/SIGTERM publish ``abort``. One JSON line on stdout says what was published.
-Exit status: 0 published, 1 the broker refused or was unreachable, 2 unusable input.
+Exit status: 0 published, 1 the broker refused a record, 2 unusable input, 3 the broker is
+unreachable (checked before anything is read), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-id", required=True, help="the run (also the record key)")
     parser.add_argument("--thread-id", help="the conversation (default: the run id)")
     parser.add_argument("--tenant", default="default", help="tenant namespace (default: default)")
-    parser.add_argument("--model", help="the requested model (part of the artefact issuer, R8)")
+    parser.add_argument("--model", help="the requested model: artefacts are bound to it and replayed only to it")
     parser.add_argument("--issuer-scope", help="account/key/region the provider binds artefacts to")
     parser.add_argument("input", nargs="?", default="-", help="capture file (SSE or JSONL), or - for stdin (default)")
 
@@ -62,7 +63,7 @@ async def _ingest(args: argparse.Namespace, source: BinaryIO) -> int:
     from aiokafka.errors import KafkaError
 
     from reasonwire.workers.ingress_client import IngressError, Publisher
-    from reasonwire.workers.settings import WorkerSettings
+    from reasonwire.workers.settings import IngestSettings
 
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -70,12 +71,18 @@ async def _ingest(args: argparse.Namespace, source: BinaryIO) -> int:
     loop.add_signal_handler(signal.SIGTERM, main.cancel)
     chunks: asyncio.Queue[bytes] = asyncio.Queue()
     threading.Thread(target=_reader, args=(source, loop, chunks), daemon=True).start()
-    publisher = Publisher(WorkerSettings.from_env().kafka_bootstrap_servers, request_timeout_ms=15000)
+    settings = IngestSettings.from_env()
+    publisher = Publisher(settings.kafka_bootstrap_servers, request_timeout_ms=15000)
     try:
         await publisher.start()
-    except KafkaError as exc:
-        print(f"reasonwire: cannot reach Kafka at KAFKA_BOOTSTRAP_SERVERS ({type(exc).__name__})", file=sys.stderr)
-        return 1
+    except KafkaError as exc:  # the broker went away since the CLI's check: the same one line, exit 3
+        await publisher.stop()
+        from reasonwire.workers.preflight import kafka_unreachable
+
+        raise kafka_unreachable(settings, exc) from None
+    except BaseException:  # Ctrl-C while connecting: close what was opened ("Unclosed AIOKafkaProducer" otherwise)
+        await publisher.stop()
+        raise
     try:
         async with publisher.run(
             provider=args.provider,

@@ -1,6 +1,7 @@
 """SASL and TLS for every Kafka client reasonwire creates — one place (issue 16, "Secured clients").
 
-The settings have the usual names:
+The settings have the usual names (fields of :class:`reasonwire.workers.settings.KafkaSettings`,
+so every command that talks to Kafka validates them at start-up and lists them in ``--help``):
 
 | variable | meaning |
 |---|---|
@@ -52,15 +53,24 @@ class KafkaSecurity:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> KafkaSecurity:
+        """The settings as given, not yet checked (:meth:`check`); their variables are the fields of
+        :class:`reasonwire.workers.settings.KafkaSettings`, named there once."""
+        from reasonwire.workers.settings import KafkaSettings
+
         env = os.environ if env is None else env
+        names = KafkaSettings.env_names()
+
+        def get(field: str) -> str | None:
+            return (env.get(names[field]) or "").strip() or None
+
         return cls(
-            protocol=(env.get("KAFKA_SECURITY_PROTOCOL") or "PLAINTEXT").upper(),
-            sasl_mechanism=(env.get("KAFKA_SASL_MECHANISM") or "").upper() or None,
-            sasl_username=env.get("KAFKA_SASL_USERNAME") or None,
-            sasl_password=env.get("KAFKA_SASL_PASSWORD") or None,
-            ssl_cafile=env.get("KAFKA_SSL_CAFILE") or None,
-            ssl_certfile=env.get("KAFKA_SSL_CERTFILE") or None,
-            ssl_keyfile=env.get("KAFKA_SSL_KEYFILE") or None,
+            protocol=(get("kafka_security_protocol") or "PLAINTEXT").upper(),
+            sasl_mechanism=(get("kafka_sasl_mechanism") or "").upper() or None,
+            sasl_username=get("kafka_sasl_username"),
+            sasl_password=get("kafka_sasl_password"),
+            ssl_cafile=get("kafka_ssl_cafile"),
+            ssl_certfile=get("kafka_ssl_certfile"),
+            ssl_keyfile=get("kafka_ssl_keyfile"),
         )
 
     @property
@@ -82,8 +92,10 @@ class KafkaSecurity:
                 raise KafkaSecurityError(f"KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD are required with {self.protocol}")
         elif self.sasl_mechanism:
             raise KafkaSecurityError(f"KAFKA_SASL_MECHANISM is set but KAFKA_SECURITY_PROTOCOL is {self.protocol} (use SASL_SSL or SASL_PLAINTEXT)")
-        if not self.uses_tls and (self.ssl_cafile or self.ssl_certfile or self.ssl_keyfile):
-            raise KafkaSecurityError(f"KAFKA_SSL_* files are set but KAFKA_SECURITY_PROTOCOL is {self.protocol} (use SSL or SASL_SSL)")
+        files = {"KAFKA_SSL_CAFILE": self.ssl_cafile, "KAFKA_SSL_CERTFILE": self.ssl_certfile, "KAFKA_SSL_KEYFILE": self.ssl_keyfile}
+        if not self.uses_tls and any(files.values()):
+            named = ", ".join(name for name, path in files.items() if path)
+            raise KafkaSecurityError(f"{named} set but KAFKA_SECURITY_PROTOCOL is {self.protocol} (use SSL or SASL_SSL)")
         if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
             raise KafkaSecurityError("KAFKA_SSL_CERTFILE and KAFKA_SSL_KEYFILE go together")
         for name, path in (("KAFKA_SSL_CAFILE", self.ssl_cafile), ("KAFKA_SSL_CERTFILE", self.ssl_certfile), ("KAFKA_SSL_KEYFILE", self.ssl_keyfile)):

@@ -27,6 +27,7 @@ _TRUE = {"1", "true", "yes", "on"}
 
 
 def wants_cluster(url: str, env: Mapping[str, str] | None = None) -> bool:
+    """A ``redis-cluster://`` URL, or ``RW_REDIS_CLUSTER`` (:class:`~reasonwire.workers.settings.RedisSettings`) set."""
     env = os.environ if env is None else env
     return urlsplit(url).scheme in _CLUSTER_SCHEMES or (env.get("RW_REDIS_CLUSTER") or "").strip().lower() in _TRUE
 
@@ -65,15 +66,12 @@ def connect(url: str, env: Mapping[str, str] | None = None, **kwargs: Any) -> Re
 def redis_wait(env: Mapping[str, str] | None = None) -> dict[str, int]:
     """The store's ``WAIT`` on a cluster: ``RW_REDIS_WAIT_REPLICAS`` (default 1; 0 turns it off)
     replicas must acknowledge a batch that ends a run, within ``RW_REDIS_WAIT_TIMEOUT_MS``
-    (default 1000) — past that the terminal event goes out anyway and the worker logs it."""
-    env = os.environ if env is None else env
-    out = {}
-    for name, key, default in (("RW_REDIS_WAIT_REPLICAS", "wait_replicas", 1), ("RW_REDIS_WAIT_TIMEOUT_MS", "wait_timeout_ms", 1000)):
-        value = (env.get(name) or str(default)).strip()
-        if not value.isdigit():
-            raise ValueError(f"{name} must be a non-negative integer")
-        out[key] = int(value)
-    return out
+    (default 1000) — past that the terminal event goes out anyway and the worker logs it.
+    Read through :class:`~reasonwire.workers.settings.RedisWaitSettings` (a bad value: one line naming it)."""
+    from reasonwire.workers.settings import RedisWaitSettings
+
+    wait = RedisWaitSettings.from_env(env)
+    return {"wait_replicas": wait.redis_wait_replicas, "wait_timeout_ms": wait.redis_wait_timeout_ms}
 
 
 def is_cluster(redis: Any) -> bool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -34,17 +33,16 @@ class TopicsMissing(RuntimeError):
 def create_enabled(env: Mapping[str, str] | None = None) -> bool:
     """``RW_CREATE_TOPICS=true``: this process may create the topics it needs (``make run``, the
     tests); unset (the default), it only checks they exist."""
-    env = os.environ if env is None else env
-    return (env.get("RW_CREATE_TOPICS") or "").strip().lower() in ("1", "true", "yes", "on")
+    from reasonwire.workers.settings import TopicSettings
+
+    return TopicSettings.from_env(env).create_topics
 
 
 def replication_factor(env: Mapping[str, str] | None = None) -> int:
     """``RW_REPLICATION_FACTOR`` (default 1): replicas of the topics a process creates."""
-    env = os.environ if env is None else env
-    value = (env.get("RW_REPLICATION_FACTOR") or "1").strip()
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError("RW_REPLICATION_FACTOR must be a positive integer")
-    return int(value)
+    from reasonwire.workers.settings import TopicSettings
+
+    return TopicSettings.from_env(env).replication_factor
 
 
 def admin_client(bootstrap_servers: str) -> AIOKafkaAdminClient:

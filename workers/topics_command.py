@@ -12,40 +12,38 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 
 from reasonwire.contracts import topic_plan
+from reasonwire.workers.errors import ConfigurationError, ServiceUnreachable, UserError
+from reasonwire.workers.settings import AsyncApiSettings, TopicPlanSettings, TopicsApplySettings, settings_epilog, settings_help
 
 
-def _int_env(name: str, default: int) -> int:
-    value = os.environ.get(name) or str(default)
-    if not value.isdigit() or int(value) < 1:
-        raise SystemExit(f"reasonwire: {name} must be a positive integer")
-    return int(value)
-
-
-def _plan() -> list[topic_plan.TopicSpec]:
-    return topic_plan.plan(_int_env("RW_PARTITIONS", 8), _int_env("RW_REPLICATION_FACTOR", 1))
+def _plan(settings: TopicPlanSettings) -> list[topic_plan.TopicSpec]:
+    return topic_plan.plan(settings.partitions, settings.replication_factor)
 
 
 def add_topics_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(required=True)
-    show = sub.add_parser("plan", help="print every topic with partitions, replication, retention, cleanup policy")
+    show = sub.add_parser(
+        "plan", help="print every topic with partitions, replication, retention, cleanup policy", **settings_epilog(TopicPlanSettings)
+    )
     show.add_argument("--json", action="store_true", help="the plan as JSON")
     show.set_defaults(command=_plan_command)
-    apply = sub.add_parser("apply", help="create the missing topics (KAFKA_BOOTSTRAP_SERVERS) and say which differ")
+    apply = sub.add_parser("apply", help="create the missing topics (KAFKA_BOOTSTRAP_SERVERS) and say which differ", **settings_epilog(TopicsApplySettings))
     apply.add_argument("--check", action="store_true", help="create nothing; only report")
     apply.set_defaults(command=_apply_command)
 
 
 def add_asyncapi_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = settings_help(AsyncApiSettings)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--output", "-o", metavar="PATH", help="write here instead of stdout")
     parser.set_defaults(command=_asyncapi_command)
 
 
 def _plan_command(args: argparse.Namespace) -> int:
-    specs = _plan()
+    specs = _plan(TopicPlanSettings.from_env())
     if args.json:
         doc = {"version": topic_plan.VERSION, "topics": [{"name": s.name, "partitions": s.partitions, "replication": s.replication, "config": dict(s.config)} for s in specs]}
         print(json.dumps(doc, indent=2))
@@ -55,20 +53,23 @@ def _plan_command(args: argparse.Namespace) -> int:
 
 
 def _apply_command(args: argparse.Namespace) -> int:
-    from reasonwire.workers.kafka_security import KafkaSecurityError, describe_failure, witness
+    from reasonwire.workers.kafka_security import KafkaSecurityError, describe_failure, security_failure, witness
     from reasonwire.workers.topics_admin import apply
 
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    from reasonwire.workers.preflight import check_kafka
+
+    settings = TopicsApplySettings.from_env()
+    asyncio.run(check_kafka(settings))  # the same one line as every command when the broker is not there
     try:
         with witness(quiet=True) as seen:  # our one line says what failed, not aiokafka's per retry
-            created, differences = asyncio.run(apply(bootstrap, _plan(), create=not args.check))
+            created, differences = asyncio.run(apply(settings.kafka_bootstrap_servers, _plan(settings), create=not args.check))
     except KafkaSecurityError as exc:
-        print(f"reasonwire: {exc}", file=sys.stderr)
-        return 2
+        raise ConfigurationError(str(exc)) from None
     except Exception as exc:
+        if refused := security_failure(exc, seen.seen):  # wrong credentials / TLS: the settings, not an outage
+            raise ConfigurationError(refused) from None
         line = describe_failure(exc, seen.seen) or f"Kafka admin request failed ({type(exc).__name__})"
-        print(f"reasonwire: {line}", file=sys.stderr)
-        return 3
+        raise ServiceUnreachable(line) from None
     for name in created:
         print(f"created {name}")
     for difference in differences:
@@ -87,20 +88,15 @@ def _asyncapi_command(args: argparse.Namespace) -> int:
         ours = version("reasonwire")
     except PackageNotFoundError:  # run from a source tree that was not installed
         ours = "0.0.0"
-    doc = document(
-        version=ours,
-        servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092"),
-        partitions=_int_env("RW_PARTITIONS", 8),
-        replication=_int_env("RW_REPLICATION_FACTOR", 1),
-    )
+    settings = AsyncApiSettings.from_env()
+    doc = document(version=ours, servers=settings.kafka_bootstrap_servers, partitions=settings.partitions, replication=settings.replication_factor)
     text = json.dumps(doc, indent=2) + "\n"
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as out:
                 out.write(text)
         except OSError as exc:
-            print(f"reasonwire: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
-            return 2
+            raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
     else:
         sys.stdout.write(text)
     return 0

@@ -72,8 +72,8 @@ def test_topics_apply_over_sasl_ssl_then_everything_matches(secure: SecureServic
 
 def test_wrong_kafka_password_is_one_clear_line(secure: SecureServices) -> None:
     out = _cli(secure.kafka_env(password="not-the-password"), "topics", "apply", "--check")
-    assert out.returncode == 3
-    assert out.stderr.strip().splitlines() == ["reasonwire: Kafka refused the SASL credentials (check KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD, KAFKA_SASL_MECHANISM)"]
+    assert out.returncode == 2  # the settings are wrong, the broker is there (README: exit 2, as every command)
+    assert out.stderr.strip().splitlines() == ["reasonwire: error: Kafka refused the SASL credentials (check KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD, KAFKA_SASL_MECHANISM)"]
     assert "not-the-password" not in out.stderr
 
 

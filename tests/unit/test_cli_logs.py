@@ -95,12 +95,17 @@ def test_a_later_episode_gets_its_grace_again(coordinator_log: tuple[logging.Log
 
 
 def test_every_worker_command_installs_the_filter_before_anything_starts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Installed by the CLI before the settings are even read: any worker process started from it has it."""
+    """Installed by the CLI once the settings are read, before any service is contacted: any worker
+    process started from it has it (the log settings are settings too, issue 23 item 7)."""
+    import socket
+
     from reasonwire.workers import cli
 
     logger = logging.getLogger(COORDINATOR_LOGGER)
     monkeypatch.setattr(logger, "filters", [])
-    monkeypatch.setenv("RW_PARTITIONS", "eight")  # stops right after the install, before any service
-    assert cli.main(["worker", "normalize"]) == 2
+    with socket.socket() as nowhere:  # bound, not listening: Redis "down", so it stops right after the install
+        nowhere.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{nowhere.getsockname()[1]}/0")
+        assert cli.main(["worker", "normalize"]) == 3
     assert any(isinstance(f, TransientCoordinatorFilter) for f in logger.filters)
     assert install() is next(f for f in logger.filters if isinstance(f, TransientCoordinatorFilter))  # idempotent

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from reasonwire.workers.errors import ConfigurationError
-from reasonwire.workers.settings import WorkerSettings, describe
+from reasonwire.workers.settings import SETTINGS_CLASSES, WorkerSettings, all_env_names, describe, show_default
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,18 +25,20 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_fields_are_exactly_the_documented_variables() -> None:
+    """Every variable of every command's settings, and only those, documented once (issue 23 item 8)."""
     table = (ROOT / "docs" / "operations.md").read_text().split("## Configuration (environment)")[1].split("\n## ")[0]
-    documented = set(re.findall(r"^\| `([A-Z_]+)` \|", table, flags=re.M))
-    assert documented == set(WorkerSettings.env_names().values())
+    documented = re.findall(r"^\| `([A-Z_]+)` \|", table, flags=re.M)
+    assert len(documented) == len(set(documented))
+    assert set(documented) == set(all_env_names())
 
 
 def test_documented_defaults_are_the_model_defaults() -> None:
     table = (ROOT / "docs" / "operations.md").read_text().split("## Configuration (environment)")[1].split("\n## ")[0]
     rows = dict(re.findall(r"^\| `([A-Z_]+)` \| ([^|]+) \|", table, flags=re.M))
-    for name, variable in WorkerSettings.env_names().items():
-        default = WorkerSettings.model_fields[name].default
-        documented = rows[variable].strip().strip("`")
-        assert documented == ("unset" if default is None else f"{default:g}" if isinstance(default, float) else str(default)), variable
+    for kind in SETTINGS_CLASSES:
+        for name, variable in kind.env_names().items():
+            documented = rows[variable].strip().strip("`")
+            assert documented == show_default(kind.model_fields[name].default), variable
 
 
 def test_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,7 +35,7 @@ def test_every_package_folder_is_in_the_wheel_list() -> None:
 
 def test_the_entry_point_and_public_api_live_under_reasonwire() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["reasonwire"] == "reasonwire.workers.cli:main"
+    assert project["scripts"]["reasonwire"] == "reasonwire.workers.launch:main"  # Ctrl-C quiet from the first instant
     from reasonwire import AgUiConsumer, Publisher, ReplayTarget, replay, translator_for
 
     assert translator_for("anthropic-messages").__class__.__name__ == "AnthropicMessagesTranslator"

@@ -21,12 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
@@ -40,59 +37,16 @@ from starlette.routing import Route
 from reasonwire.contracts import topics
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.run_request import RunRequest
-from reasonwire.workers.errors import ConfigurationError
 from reasonwire.workers.gateway.fanout import Fanout, RunLog
 from reasonwire.workers.gateway.keys import Audience, KeyBook, Principal
 from reasonwire.workers.ingress_client import IngressError, Publisher
-from reasonwire.workers.kafka_security import KafkaSecurityError, client_kwargs, security_failure, witness
+from reasonwire.workers.kafka_security import client_kwargs
 from reasonwire.workers.metrics import gateway_metrics
 from reasonwire.workers.redis_connect import connect
-from reasonwire.workers.topics_admin import replication_factor
+from reasonwire.workers.settings import GatewaySettings  # the settings model (issue 23 item 8); imported from here too
 
 VIEWER = Path(__file__).with_name("viewer.html")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-@dataclass(frozen=True)
-class GatewaySettings:
-    kafka_bootstrap_servers: str = "127.0.0.1:9092"
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    keepalive_s: float = 15.0
-    """``RW_GATEWAY_KEEPALIVE_S``: a comment is sent when a run is quiet this long (proxies close idle streams)."""
-    first_event_timeout_s: float = 30.0
-    """``RW_GATEWAY_FIRST_EVENT_TIMEOUT_S``: how long a request waits for a run that has not started."""
-    lookback_s: float = 3600
-    """``RW_GATEWAY_LOOKBACK_S``: how far back a partition reader starts (ended runs served whole)."""
-    max_runs: int = 2_000
-    """``RW_GATEWAY_MAX_RUNS``: runs kept per partition reader (ended ones evicted first)."""
-    partitions: int = 8
-    """``RW_PARTITIONS``: partitions of ``reasoning.requests.v1`` when the gateway creates it."""
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> GatewaySettings:
-        """The settings from the environment; a bad value is a :class:`ConfigurationError` naming it."""
-        env = os.environ if env is None else env
-        d = cls()
-
-        def number(kind: type[int] | type[float], name: str, default: float) -> Any:
-            raw = env.get(name) or None
-            try:
-                value = kind(raw) if raw is not None else default
-            except ValueError:
-                raise ConfigurationError(f"bad configuration: {name}: not {'an integer' if kind is int else 'a number'} (got {raw!r})") from None
-            if not value > 0 or value != value or value == float("inf"):
-                raise ConfigurationError(f"bad configuration: {name}: must be a finite number > 0 (got {raw!r})")
-            return value
-
-        return cls(
-            kafka_bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS", d.kafka_bootstrap_servers),
-            redis_url=env.get("REDIS_URL", d.redis_url),
-            keepalive_s=number(float, "RW_GATEWAY_KEEPALIVE_S", d.keepalive_s),
-            first_event_timeout_s=number(float, "RW_GATEWAY_FIRST_EVENT_TIMEOUT_S", d.first_event_timeout_s),
-            lookback_s=number(float, "RW_GATEWAY_LOOKBACK_S", d.lookback_s),
-            max_runs=number(int, "RW_GATEWAY_MAX_RUNS", d.max_runs),
-            partitions=number(int, "RW_PARTITIONS", d.partitions),
-        )
 
 
 class Gateway:
@@ -144,10 +98,10 @@ async def _ensure_requests_topic(settings: GatewaySettings) -> None:
     """The run-request topic, created only with ``RW_CREATE_TOPICS=true`` (else checked: a missing
     one is one line naming it) — where topics are provisioned, ``reasonwire topics apply`` does it."""
     from reasonwire.contracts.topic_plan import plan
-    from reasonwire.workers.topics_admin import create_enabled, ensure
+    from reasonwire.workers.topics_admin import ensure
 
-    specs = [s for s in plan(settings.partitions, replication_factor()) if s.name == topics.REQUESTS]
-    await ensure(settings.kafka_bootstrap_servers, specs, create=create_enabled())
+    specs = [s for s in plan(settings.partitions, settings.replication_factor) if s.name == topics.REQUESTS]
+    await ensure(settings.kafka_bootstrap_servers, specs, create=settings.create_topics)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -319,45 +273,3 @@ def create_app(settings: GatewaySettings | None = None, keys: KeyBook | None = N
         Route("/metrics", gateway_metrics, methods=["GET"]),  # Prometheus (reasonwire.workers.metrics; issue 23 item 6)
     ]
     return Starlette(routes=routes, lifespan=lifespan)
-
-
-async def unreachable(settings: GatewaySettings) -> str | None:
-    """One line naming a service the gateway cannot reach at start-up (a setting the operator got
-    wrong is said plainly, not as uvicorn's start-up traceback), or None."""
-    from redis.exceptions import RedisError
-
-    try:
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, **client_kwargs())
-    except KafkaSecurityError as exc:
-        return str(exc)
-    try:
-        with witness(quiet=True) as seen:
-            await producer.start()
-    except KafkaError as exc:
-        return security_failure(exc, seen.seen) or f"cannot reach Kafka at KAFKA_BOOTSTRAP_SERVERS={settings.kafka_bootstrap_servers} ({type(exc).__name__})"
-    finally:
-        await producer.stop()
-    redis = connect(settings.redis_url)
-    try:
-        await redis.ping()
-    except (RedisError, OSError) as exc:
-        return f"cannot reach Redis at REDIS_URL ({type(exc).__name__})"
-    finally:
-        await redis.aclose()
-    return None
-
-
-def serve(host: str, port: int, *, settings: GatewaySettings | None = None, keys: KeyBook | None = None) -> int:
-    """Check the services, then serve; ``settings`` and ``keys`` as the caller already read them
-    (else from the environment)."""
-    import asyncio
-
-    import uvicorn
-
-    settings = settings or GatewaySettings.from_env()
-    if problem := asyncio.run(unreachable(settings)):
-        print(f"reasonwire: {problem}", file=sys.stderr)
-        return 1
-    print(f"reasonwire gateway on http://{host}:{port} (viewer: /v1/viewer)", file=sys.stderr, flush=True)
-    uvicorn.run(create_app(settings, keys), host=host, port=port, log_level=os.environ.get("RW_GATEWAY_LOG_LEVEL", "warning"))
-    return 0

@@ -2,7 +2,9 @@
 
 ``reasonwire replay --provider GRAMMAR [--model M] [--issuer-scope S] [--artefacts FILE]
 [--tenant T] [--thread-id T] [--honour-client-omissions] [FILE|-]`` reads a JSON
-``RunAgentInput`` (or a bare messages array) as the client holds it and writes one
+``RunAgentInput`` (or a bare messages array) as the client holds it — or the AG-UI events
+``reasonwire translate`` wrote (JSONL), folded by :class:`~reasonwire.workers.consumer.AgUiConsumer`
+as a client folds them, so ``translate`` → ``replay`` needs no hand-built history — and writes one
 JSON object to stdout: OpenAI ``{"input": …}``, Anthropic ``{"messages": …}``,
 Gemini generateContent ``{"contents": …}``, Gemini Interactions ``{"input": …}``,
 Bedrock ``{"messages": …}`` (plus the grammar's system field when the history
@@ -41,9 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--honour-client-omissions",
         action="store_true",
-        help="the client keeps encrypted values (R5): a message it holds without one had it withdrawn",
+        help="the client is one that keeps encrypted reasoning values: a message it holds without one had it withdrawn"
+        " (by the client, on purpose), so it is not sent back",
     )
-    parser.add_argument("input", nargs="?", default="-", help="RunAgentInput or messages JSON, or - for stdin")
+    parser.add_argument(
+        "input", nargs="?", default="-", help="RunAgentInput or messages JSON, or the AG-UI events `translate` wrote (JSONL); - for stdin"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read_json(name: str) -> Any:
+    """The history: one JSON document (a ``RunAgentInput`` or a messages array), or the AG-UI
+    events ``reasonwire translate`` writes (JSONL), folded into messages as a client holds them."""
     try:
         text = sys.stdin.buffer.read().decode("utf-8") if name == "-" else open(name, encoding="utf-8").read()  # noqa: SIM115
     except OSError as exc:
@@ -78,9 +85,53 @@ def _read_json(name: str) -> Any:
     except UnicodeDecodeError:
         raise UserError(f"{name} is not UTF-8 text") from None
     try:
-        return json.loads(text)
+        document = json.loads(text)
     except json.JSONDecodeError as exc:
+        if _first_is_event(text):
+            return _fold_events(text, name)
         raise UserError(f"{name} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    if isinstance(document, dict) and isinstance(document.get("type"), str) and "messages" not in document:
+        return _fold_events(text, name)  # a stream of one event
+    return document
+
+
+def _first_is_event(text: str) -> bool:
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    try:
+        event = json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(event, dict) and isinstance(event.get("type"), str)
+
+
+def _fold_events(text: str, name: str) -> dict[str, Any]:
+    """AG-UI events (one JSON object per line) → the ``RunAgentInput`` a client holding them would
+    send next: the folding is :class:`~reasonwire.workers.consumer.AgUiConsumer`'s, the thread id
+    the ``RUN_STARTED`` event's. What the consumer drops is said on stderr, never a value (P8)."""
+    from reasonwire.workers.consumer import AgUiConsumer
+
+    consumer = AgUiConsumer()
+    thread_id: str | None = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{name} line {number} is not JSON ({exc.msg}): expected one AG-UI event per line") from None
+        if not isinstance(event, dict):
+            raise UserError(f"{name} line {number} is not an AG-UI event (a JSON object with a type)")
+        if event.get("type") == "RUN_STARTED" and isinstance(event.get("threadId"), str):
+            thread_id = thread_id or event["threadId"]
+        step = consumer.feed(event)
+        for warning in step.warnings:
+            print(f"reasonwire: warning: {name} line {number}: {warning.message}", file=sys.stderr)
+        if step.fatal is not None:
+            raise UserError(f"{name} line {number}: {step.fatal}")
+    history: dict[str, Any] = {"messages": consumer.wire_messages()}
+    if thread_id is not None:
+        history["threadId"] = thread_id
+    return history
 
 
 def _artefacts(args: argparse.Namespace, thread_id: str | None) -> list[Any]:
@@ -102,17 +153,18 @@ async def _from_redis(tenant: str, thread_id: str) -> list[Any]:
     from reasonwire.workers.redis_connect import connect
 
     from reasonwire.workers.errors import ServiceUnreachable
+    from reasonwire.workers.preflight import redis_unreachable
     from reasonwire.workers.replay.sources import read_thread
-    from reasonwire.workers.settings import WorkerSettings
+    from reasonwire.workers.settings import ReplaySettings
     from reasonwire.workers.store import ArtefactStore
 
-    settings = WorkerSettings.from_env()
+    settings = ReplaySettings.from_env()
     redis = connect(settings.redis_url, socket_connect_timeout=10)  # a store that does not answer fails, not hangs
     try:
         store = ArtefactStore(redis, artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
         return await read_thread(store, tenant, thread_id)
-    except RedisError as exc:
-        raise ServiceUnreachable(f"cannot read artefacts from Redis ({type(exc).__name__}); set REDIS_URL or use --artefacts") from None
+    except RedisError as exc:  # the same line as every command's (preflight), and the way around it
+        raise ServiceUnreachable(f"{redis_unreachable(settings, exc)}; or give --artefacts FILE") from None
     finally:
         await redis.aclose()
 
