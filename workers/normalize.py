@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 import gc
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -40,13 +41,14 @@ from reasonwire.contracts.topic_plan import plan
 from reasonwire.workers import topics_admin
 from reasonwire.workers.core.backoff import Backoff, Degradation, Report
 from reasonwire.workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
+from reasonwire.workers.core.fence import parse_metadata
 from reasonwire.workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step
 from reasonwire.workers.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle
 from reasonwire.workers.kafka_security import broker_security, client_kwargs, servers
 from reasonwire.workers.partitions import partition_of
 from reasonwire.workers.redis_connect import connect, redis_wait
 from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.store import ArtefactStore, StoreLost
+from reasonwire.workers.store import ArtefactStore, RunsMoved, StoreLost
 from reasonwire.workers.telemetry import Telemetry, setup_telemetry
 from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
 from reasonwire.workers.topics_admin import replication_factor
@@ -94,6 +96,8 @@ class NormalizerWorker:
         self.store = store
         self.telemetry = telemetry
         self.normalizer = Normalizer(PolicyBook.load(settings.policy_file))
+        self.normalizer.token = secrets.token_hex(4)  # this process's name in the journal heads it writes (the fence)
+        self.normalizer.clock.step = expiry_interval(settings)
         self.lock = asyncio.Lock()
         """Held while stepping, expiring, rewinding and handing over: the run table has one writer."""
         self.producer: AIOKafkaProducer | None = None
@@ -131,6 +135,9 @@ class NormalizerWorker:
         sends these Steps again — the same events, idempotent writes. A record of the run met
         meanwhile drops its Step (the run was not ended: it is restored from its journal and
         goes on), and so does its partition's revocation (the new owner's to judge)."""
+        self._moved: set[RunKey] = set()
+        """Runs the fence refused a write for (:class:`RunsMoved`): dropped at the rewind, and
+        never sent again as an unsent expiry — another worker wrote for them since."""
 
     async def handle(self, records: Sequence[RawRecord]) -> None:
         """Step one poll and put its writes in flight; returns before they are acknowledged."""
@@ -179,6 +186,7 @@ class NormalizerWorker:
         worker has consumed without a break for a whole timeout: silence while Redis or the broker
         was away (or the backlog after it) says nothing about the ingress."""
         async with self.lock:
+            self._observe_partitions()
             if self.closing or not self._quiet_long_enough():
                 return
             if self._failure is not None:
@@ -191,6 +199,23 @@ class NormalizerWorker:
             trace.stepped(steps)  # registered before anything can quote them (P8)
             await self._slots.acquire()
             self._launch(_Flight(steps, trace, {}))
+
+    def _observe_partitions(self) -> None:
+        """Feed the core's stream clock (issue 24 item 1): per partition, whether every record
+        below the high watermark of the last fetch response has been stepped, and when that
+        response came. A worker that was paused, or lags, has no such fresh confirmation, so
+        its runs' silence does not grow; an outage counts as not caught up."""
+        consumer = self.consumer
+        if consumer is None:
+            return
+        healthy = self._healthy_since is not None and self._failure is None
+        for tp in consumer.assignment():
+            if tp.topic != topics.RAW:
+                continue
+            high = consumer.highwater(tp)
+            fetched = consumer.last_poll_timestamp(tp)
+            caught_up = healthy and high is not None and self.normalizer.stepped_to(tp.partition) >= high
+            self.normalizer.clock.observe(tp.partition, caught_up=caught_up, fetched_at=fetched / 1000 if fetched else None)
 
     async def forget(self, partitions: list[TopicPartition]) -> None:
         """Partitions were revoked: finish (commit) what is in flight, then drop their runs."""
@@ -243,7 +268,11 @@ class NormalizerWorker:
         failed transaction redoes the poll, and at least once allows the repeat."""
         if previous is not None:
             await previous  # a failed predecessor fails this poll too: nothing more of it is written
-        self.stats["artefacts"] += await self.store.apply(flight.steps)
+        try:
+            self.stats["artefacts"] += await self.store.apply(flight.steps)
+        except RunsMoved as exc:  # stale copies: nothing of theirs is sent after this (issue 24)
+            self._moved.update(exc.runs)
+            raise
         return await self._send([s for s in flight.steps if s.run_ended])
 
     async def _complete(self, flight: _Flight, previous: asyncio.Task[bool] | None) -> bool:
@@ -288,7 +317,9 @@ class NormalizerWorker:
             try:
                 if offsets:
                     assert self.consumer is not None
-                    await self.consumer.commit(offsets)
+                    # the store's write count beside each offset: the witness a restored store is judged by
+                    metadata = self.store.witness.metadata()
+                    await self.consumer.commit({tp: (offset, metadata) for tp, offset in offsets.items()})
             except Exception as exc:
                 self._failed(exc)
                 return
@@ -303,7 +334,10 @@ class NormalizerWorker:
         if self._failure is not None:
             return
         self._failure = exc or RuntimeError("poll failed")
-        self._note_failure(self._failure)
+        if isinstance(exc, RunsMoved):  # not an outage: no backoff, no degraded state
+            log.info("fence: %d runs were written by another worker since (a rebalance or a partition change): copies dropped, poll redone", len(exc.runs))
+        else:
+            self._note_failure(self._failure)
         self._recovery = asyncio.get_running_loop().create_task(self._recover())
 
     async def _recover(self) -> None:
@@ -331,7 +365,12 @@ class NormalizerWorker:
         for flight in self._flights:  # their records come again: spans end in ERROR, nothing counted
             flight.trace.__exit__(type(failure), failure, None)
             if not flight.offsets and not flight.acknowledged:  # an expiry tick's: sent again (see _unsent_expiries)
-                self._unsent_expiries.update((step.run, step) for step in flight.steps if step.run is not None)
+                self._unsent_expiries.update((step.run, step) for step in flight.steps if step.run is not None and step.run not in self._moved)
+        if self._moved:
+            self.normalizer.forget_runs(self._moved)
+            for run in self._moved:
+                self._unsent_expiries.pop(run, None)
+            self._moved.clear()
         self._flights.clear()
         self._last = None  # the next poll starts a new chain: it must not wait on a failed one
         self._failure = None
@@ -659,17 +698,56 @@ async def output_limits(settings: WorkerSettings, max_request_size: int = DEFAUL
     return OutputLimits(default=max_request_size, per_topic=limits)
 
 
-async def group_has_offsets(settings: WorkerSettings) -> bool:
-    """Whether the consumer group committed offsets before: then a store without an epoch
-    is a store that lost its data, not a new one (docs/reliability.md)."""
+async def committed_witness(settings: WorkerSettings) -> tuple[bool, int]:
+    """Whether the consumer group committed offsets before — then a store without an epoch is a
+    store that lost its data, not a new one — and the highest store write count in the commits'
+    metadata: a store below it was restored from an older copy (docs/reliability.md)."""
     admin = topics_admin.admin_client(settings.kafka_bootstrap_servers)
     await admin.start()
     try:
-        return bool(await admin.list_consumer_group_offsets(settings.group_id))
+        offsets = await admin.list_consumer_group_offsets(settings.group_id)
     except Exception:  # no such group yet (or an old broker): nothing was committed
-        return False
+        return False, 0
     finally:
         await admin.close()
+    counts = [parse_metadata(committed.metadata) for committed in offsets.values()]
+    return bool(offsets), max((c for c in counts if c is not None), default=0)
+
+
+async def group_has_offsets(settings: WorkerSettings) -> bool:
+    """Whether the consumer group committed offsets before (:func:`committed_witness`)."""
+    return (await committed_witness(settings))[0]
+
+
+EVICTING_POLICIES_OK = ("noeviction",)
+"""The ``maxmemory-policy`` values that never drop a key to make room."""
+
+
+async def refuse_evicting_store(store: ArtefactStore, settings: WorkerSettings) -> str | None:
+    """Why the worker must not run on this Redis, or ``None`` (issue 24 item 5).
+
+    A Redis that evicts (``allkeys-*``, or ``volatile-*``: every journal and artefact has a
+    TTL) drops open runs' journals and stored artefacts without a word: a run resumed from a
+    journal that lost entries would be renumbered, and a replay would miss artefacts of runs
+    reported finished. Accepted only when the operator says the store is dedicated to
+    reasonwire and sized so ``maxmemory`` is never reached (``RW_REDIS_DEDICATED=true``).
+    Managed Redis that refuses ``CONFIG`` is not judged (a warning says so)."""
+    try:
+        policy = (await store.redis.config_get("maxmemory-policy")).get("maxmemory-policy")
+    except Exception:
+        log.warning("could not read Redis's maxmemory-policy: make sure it is noeviction (docs/reliability.md)")
+        return None
+    if policy is None or policy in EVICTING_POLICIES_OK or settings.redis_dedicated:
+        return None
+    return (
+        f"Redis maxmemory-policy is {policy}: it may evict open runs' journals and stored artefacts; set it to noeviction, "
+        "or set RW_REDIS_DEDICATED=true if this Redis is dedicated to reasonwire and sized never to reach maxmemory"
+    )
+
+
+def expiry_interval(settings: WorkerSettings) -> float:
+    """Seconds between expiry ticks: a quarter of the inactivity timeout, between 0.05 and 5."""
+    return max(0.05, min(settings.inactivity_timeout_s / 4, 5.0))
 
 
 async def warn_unless_durable(store: ArtefactStore) -> None:
@@ -740,7 +818,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
     expiry: dict[str, Any] = {}
 
     async def expire_forever() -> None:
-        interval = max(0.05, min(settings.inactivity_timeout_s / 4, 5.0))
+        interval = expiry_interval(settings)
         while True:
             await asyncio.sleep(interval)
             try:
@@ -754,7 +832,13 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
     @app.on_startup
     async def _topics() -> None:
         await ensure_topics(settings)
-        await store.claim_epoch(lost=await group_has_offsets(settings))
+        refusal = await refuse_evicting_store(store, settings)
+        if refusal is not None:  # one line, no traceback; the process never becomes ready
+            log.error("%s", refusal)
+            raise SystemExit(2)
+        committed, witness = await committed_witness(settings)
+        store.witness.saw(witness)
+        await store.claim_epoch(lost=committed)
         await warn_unless_durable(store)
         try:
             worker.normalizer.limits = await output_limits(settings)

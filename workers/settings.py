@@ -63,6 +63,9 @@ class WorkerSettings(BaseSettings):
     max_in_flight: PositiveInt = Field(8, description="polls whose writes may be in flight at once (1 = no overlap); polls still commit in order")
     policy_file: str | None = Field(None, description="JSON retention/audience policy (contracts/policy.py); unset: the default policy")
     health_port: int = Field(8080, ge=0, le=65535, description="port of /healthz and /readyz (0 disables; docs/reliability.md)")
+    redis_dedicated: bool = Field(
+        False, description="Redis is dedicated to reasonwire and sized never to reach maxmemory: an evicting maxmemory-policy is then accepted (docs/reliability.md)"
+    )
     backoff_initial_s: PositiveFloat = Field(
         0.1, allow_inf_nan=False, description="first wait (s) after a failed poll; doubles per failure, with jitter"
     )
