@@ -41,7 +41,7 @@ from reasonwire.contracts.topic_plan import plan
 from reasonwire.workers import topics_admin
 from reasonwire.workers.core.backoff import Backoff, Degradation, Report
 from reasonwire.workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
-from reasonwire.workers.core.fence import parse_metadata
+from reasonwire.workers.core.fence import stalled, witnessed
 from reasonwire.workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step
 from reasonwire.workers.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle
 from reasonwire.workers.kafka_security import broker_security, client_kwargs, servers
@@ -135,6 +135,10 @@ class NormalizerWorker:
         sends these Steps again — the same events, idempotent writes. A record of the run met
         meanwhile drops its Step (the run was not ended: it is restored from its journal and
         goes on), and so does its partition's revocation (the new owner's to judge)."""
+        self._beat = time.monotonic()
+        """When the event loop last ran the heartbeat (:meth:`beat`)."""
+        self._stalled = False
+        """The loop stood still for ``STALL_S`` or more since the last poll (a pause, a VM freeze)."""
         self._moved: set[RunKey] = set()
         """Runs the fence refused a write for (:class:`RunsMoved`): dropped at the rewind, and
         never sent again as an unsent expiry — another worker wrote for them since."""
@@ -142,6 +146,7 @@ class NormalizerWorker:
     async def handle(self, records: Sequence[RawRecord]) -> None:
         """Step one poll and put its writes in flight; returns before they are acknowledged."""
         async with self.lock:
+            await self._after_stall()
             if self._failure is not None:
                 await self._rewind()
             await self._wait_for_retry()
@@ -186,6 +191,7 @@ class NormalizerWorker:
         worker has consumed without a break for a whole timeout: silence while Redis or the broker
         was away (or the backlog after it) says nothing about the ingress."""
         async with self.lock:
+            await self._after_stall()
             self._observe_partitions()
             if self.closing or not self._quiet_long_enough():
                 return
@@ -199,6 +205,27 @@ class NormalizerWorker:
             trace.stepped(steps)  # registered before anything can quote them (P8)
             await self._slots.acquire()
             self._launch(_Flight(steps, trace, {}))
+
+    def beat(self) -> None:
+        """The event loop ran (called often by a task): a long gap since the last call is a stall."""
+        now = time.monotonic()
+        if stalled(now - self._beat):
+            self._stalled = True
+        self._beat = now
+
+    async def _after_stall(self) -> None:
+        """With the lock held: after a stall, drop every run held (issue 24 item 2). A stall as
+        long as Kafka's session timeout loses the partitions without the rebalance listener being
+        called until the consumer notices; meanwhile it may still fetch, and a copy of a run that
+        another worker went on with is stale. Restored from their journals on their next record,
+        the runs continue from what the other worker wrote — or find it ended them."""
+        self.beat()
+        if not self._stalled:
+            return
+        self._stalled = False
+        await self._settle()
+        dropped = self.normalizer.forget_all()
+        log.info("the event loop stood still for a while: %d open runs dropped, restored from their journals on their next record", dropped)
 
     def _observe_partitions(self) -> None:
         """Feed the core's stream clock (issue 24 item 1): per partition, whether every record
@@ -551,7 +578,7 @@ class NormalizerWorker:
             journal, ended = journals.pop(routed.run, None) or await self.store.load_journal(routed.run)
             if not self.store.journal_intact(journal, ended, routed.envelope.seq):
                 return self._refuse_lost_run(routed)
-            self.normalizer.restore(routed, journal, ended=ended)
+            self.normalizer.restore(routed, journal, ended=ended, doubtful=self.store.loss_window())
         step = self.normalizer.accept(routed)
         for warning in step.warnings:  # content-free by construction (P8); counted by the metrics
             self._warn_repeating(
@@ -698,20 +725,20 @@ async def output_limits(settings: WorkerSettings, max_request_size: int = DEFAUL
     return OutputLimits(default=max_request_size, per_topic=limits)
 
 
-async def committed_witness(settings: WorkerSettings) -> tuple[bool, int]:
+async def committed_witness(settings: WorkerSettings) -> tuple[bool, dict[str, int]]:
     """Whether the consumer group committed offsets before — then a store without an epoch is a
     store that lost its data, not a new one — and the highest store write count in the commits'
-    metadata: a store below it was restored from an older copy (docs/reliability.md)."""
+    metadata, per store epoch id: a store below the count of its own id was restored from an
+    older copy (docs/reliability.md)."""
     admin = topics_admin.admin_client(settings.kafka_bootstrap_servers)
     await admin.start()
     try:
         offsets = await admin.list_consumer_group_offsets(settings.group_id)
     except Exception:  # no such group yet (or an old broker): nothing was committed
-        return False, 0
+        return False, {}
     finally:
         await admin.close()
-    counts = [parse_metadata(committed.metadata) for committed in offsets.values()]
-    return bool(offsets), max((c for c in counts if c is not None), default=0)
+    return bool(offsets), witnessed(committed.metadata for committed in offsets.values())
 
 
 async def group_has_offsets(settings: WorkerSettings) -> bool:
@@ -817,6 +844,11 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
 
     expiry: dict[str, Any] = {}
 
+    async def beat_forever() -> None:
+        while True:
+            worker.beat()
+            await asyncio.sleep(0.25)
+
     async def expire_forever() -> None:
         interval = expiry_interval(settings)
         while True:
@@ -836,9 +868,8 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         if refusal is not None:  # one line, no traceback; the process never becomes ready
             log.error("%s", refusal)
             raise SystemExit(2)
-        committed, witness = await committed_witness(settings)
-        store.witness.saw(witness)
-        await store.claim_epoch(lost=committed)
+        committed, counts = await committed_witness(settings)
+        await store.claim_epoch(lost=committed, witnessed=counts)
         await warn_unless_durable(store)
         try:
             worker.normalizer.limits = await output_limits(settings)
@@ -857,12 +888,14 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         for subscriber in broker.subscribers:  # readiness knows the consumer before the first poll
             worker.consumer = worker.consumer or getattr(subscriber, "consumer", None)
         expiry["task"] = asyncio.create_task(expire_forever())
+        expiry["beat"] = asyncio.create_task(beat_forever())
 
     @app.on_shutdown
     async def _stop() -> None:
-        task = expiry.pop("task", None)
-        if task is not None:
-            task.cancel()
+        for name in ("task", "beat"):
+            task = expiry.pop(name, None)
+            if task is not None:
+                task.cancel()
         health = expiry.pop("health", None)
         if health is not None:
             await health.stop()

@@ -38,7 +38,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from reasonwire.contracts.artefacts import ArtefactRecord
 from reasonwire.contracts.store import artefact_key, artefact_slot, ended_key, journal_key, thread_index_key, thread_runs_key
-from reasonwire.workers.core.fence import Witness
+from reasonwire.workers.core.fence import Witness, journal_complete
 from reasonwire.workers.core.normalizer import HEAD_SEQ, JournalEntry, RunKey, Step
 from reasonwire.workers.core.wire import record_json
 from reasonwire.workers.redis_script import HEAD_FIELD, READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
@@ -54,21 +54,20 @@ Cluster, read with its own slot's commands — the check is then a separate roun
 
 
 _CLAIM_EPOCH = """
-local behind = tonumber(redis.call('HGET', KEYS[1], 'w') or '0') < tonumber(ARGV[4])
-if redis.call('HEXISTS', KEYS[1], 'id') == 0 then
+local id = redis.call('HGET', KEYS[1], 'id')
+if not id then
   redis.call('HSET', KEYS[1], 'id', ARGV[1], 'created_ms', ARGV[2])
   if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'lost_ms', ARGV[2]) end
-elseif behind and (ARGV[5] == '' or redis.call('HGET', KEYS[1], 'id') == ARGV[5]) then
-  redis.call('HSET', KEYS[1], 'id', ARGV[1], 'lost_ms', ARGV[2], 'rolled_back_ms', ARGV[2])
+elseif id == ARGV[5] and tonumber(redis.call('HGET', KEYS[1], 'w') or '0') < tonumber(ARGV[4]) then
+  redis.call('HSET', KEYS[1], 'id', ARGV[1], 'lost_ms', ARGV[2], 'rolled_back_ms', ARGV[2], 'w', ARGV[4])
 end
-if behind then redis.call('HSET', KEYS[1], 'w', ARGV[4]) end
 return redis.call('HGETALL', KEYS[1])
 """
 """Create the epoch only if it is missing (``lost`` marks a missing one as a loss), then read it:
-one atomic step, so racing workers all adopt the first one's epoch. ARGV[4] is the witness (the
-highest write count known acknowledged): a store below it went back in time (a restored copy) —
-its epoch is replaced (unless another worker replaced it already: ARGV[5] is the id the caller
-holds, '' at start-up) and marked lost, and its count raised to the witness."""
+one atomic step, so racing workers all adopt the first one's epoch. ARGV[4] is the witness: the
+highest write count known acknowledged under the epoch id ARGV[5]. A store with that id and a
+lower count went back in time (restored from an older copy: it keeps its id); its epoch is
+replaced by a new one marked lost, whose count starts at the witness."""
 
 
 class StoreLost(Exception):
@@ -119,17 +118,24 @@ class ArtefactStore:
 
     # -- the epoch (store-loss detection) -------------------------------------------------
 
-    async def claim_epoch(self, *, lost: bool) -> str:
+    async def claim_epoch(self, *, lost: bool, witnessed: dict[str, int] | None = None) -> str:
         """Adopt the store's epoch, creating it if missing (``lost``: the caller knows data
         existed before — e.g. the consumer group has committed offsets — so a missing epoch
-        means the store was wiped). Safe to race: one script creates or reads it atomically."""
+        means the store was wiped). Safe to race: one script creates or reads it atomically.
+        ``witnessed``: per epoch id, the highest write count committed with the group's offsets
+        (start-up); a store behind the count of its own id was restored from an older copy, and
+        gets a new epoch marked lost (issue 24 item 4)."""
         now_ms = str(int(time.time() * 1000))
-        args = (secrets.token_hex(8), now_ms, "1" if lost else "0", self.witness.count, self.epoch or "")
+        if witnessed is not None:  # start-up: the commits' counts, for the id the store has now
+            current = await self.redis.hget(EPOCH_KEY, "id")
+            if current is not None:
+                self.witness.adopt(current.decode(), witnessed.get(current.decode(), 0))
+        args = (secrets.token_hex(8), now_ms, "1" if lost else "0", self.witness.count, self.witness.epoch or "")
         raw = await self.redis.eval(_CLAIM_EPOCH, 1, EPOCH_KEY, *args)  # type: ignore[misc]
         fields = dict(zip(raw[::2], raw[1::2], strict=True))
         self.epoch = fields[b"id"].decode()
         self.lost_ms = int(fields[b"lost_ms"]) if b"lost_ms" in fields else None
-        self.witness.saw(int(fields.get(b"w", b"0")))
+        self.witness.adopt(self.epoch, int(fields.get(b"w", b"0")))
         return self.epoch
 
     async def recover_from_loss(self) -> str:
@@ -157,8 +163,7 @@ class ArtefactStore:
         bookkeeping, e.g. a run's timeout) and entries after ``seq`` are not judged."""
         if ended or not self.loss_window():
             return True
-        have = {e.seq for e in journal}
-        return all(s in have for s in range(seq))
+        return journal_complete((e.seq for e in journal), seq)
 
     def _check_epoch(self, reply: bytes | None) -> None:
         if reply is None or reply.decode() != self.epoch:

@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from typing import Final
 
 COMMIT_METADATA_PREFIX: Final = "rw-w="
-"""Offset-commit metadata: ``rw-w=<store write count>`` (Kafka keeps it beside the offset)."""
+"""Offset-commit metadata: ``rw-w=<store epoch id>:<store write count>`` (Kafka keeps it beside the offset)."""
 
 
 class SilenceClock:
@@ -90,6 +90,24 @@ def next_head(head: str, token: str) -> str:
     return f"{int(count) + 1 if count.isdigit() else 1}.{token}"
 
 
+STALL_S: Final = 3.0
+"""A worker whose event loop did not run for this long may have lost its partitions without its
+rebalance listener being called (Kafka's default session timeout is 10 s): it drops every run it
+holds before stepping again, so what it publishes next is derived from the journals as they are."""
+
+
+def stalled(gap_s: float) -> bool:
+    """Whether a gap between two beats of the event loop is a stall (see :data:`STALL_S`)."""
+    return gap_s >= STALL_S
+
+
+def journal_complete(seqs: Iterable[int], upto: int) -> bool:
+    """Whether a journal holds every accepted record before ``upto`` (``0 … upto-1``): inside a
+    loss window only such a journal may resume its run (negative fields are bookkeeping)."""
+    have = set(seqs)
+    return all(s in have for s in range(upto))
+
+
 def fence_accepts(current: str, expected: str, new: str, ended: bool) -> bool:
     """The write script's rule, for tests and the simulation: a write for a run is applied only
     if the run has not ended and its head is the one the writer last saw (or the writer's own
@@ -98,28 +116,49 @@ def fence_accepts(current: str, expected: str, new: str, ended: bool) -> bool:
 
 
 class Witness:
-    """The highest store write count this worker knows was reached (see the module doc)."""
+    """The highest write count this worker knows the store reached under one epoch id (see the
+    module doc). A count only witnesses its own epoch: a store whose id changed is a store that
+    lost its data (the epoch check), not one that went back in time."""
 
     def __init__(self) -> None:
+        self.epoch: str | None = None
         self.count = 0
+
+    def adopt(self, epoch: str, count: int) -> None:
+        """The store's epoch as claimed: a new id starts its own count."""
+        if epoch != self.epoch:
+            self.epoch, self.count = epoch, 0
+        self.saw(count)
 
     def saw(self, count: int | None) -> None:
         if count is not None and count > self.count:
             self.count = count
 
-    def rolled_back(self, store_count: int) -> bool:
-        """Whether a store at ``store_count`` writes is behind what was already acknowledged."""
-        return store_count < self.count
+    def rolled_back(self, epoch: str, store_count: int) -> bool:
+        """Whether a store at ``store_count`` writes under ``epoch`` is behind what was acknowledged."""
+        return epoch == self.epoch and store_count < self.count
 
     def metadata(self) -> str:
-        return f"{COMMIT_METADATA_PREFIX}{self.count}"
+        """What each offset commit carries: ``rw-w=<epoch id>:<count>``."""
+        return f"{COMMIT_METADATA_PREFIX}{self.epoch or ''}:{self.count}"
 
 
-def parse_metadata(metadata: str | bytes | None) -> int | None:
-    """The store write count in one commit's metadata (``None``: none, or not ours)."""
+def parse_metadata(metadata: str | bytes | None) -> tuple[str, int] | None:
+    """(epoch id, store write count) from one commit's metadata (``None``: none, or not ours)."""
     if isinstance(metadata, bytes):
         metadata = metadata.decode("ascii", "replace")
     if not metadata or not metadata.startswith(COMMIT_METADATA_PREFIX):
         return None
-    value = metadata[len(COMMIT_METADATA_PREFIX) :]
-    return int(value) if value.isdigit() else None
+    epoch, _, count = metadata[len(COMMIT_METADATA_PREFIX) :].rpartition(":")
+    return (epoch, int(count)) if epoch and count.isdigit() else None
+
+
+def witnessed(commits: Iterable[str | bytes | None]) -> dict[str, int]:
+    """Per epoch id, the highest write count the commits' metadata carry."""
+    out: dict[str, int] = {}
+    for metadata in commits:
+        parsed = parse_metadata(metadata)
+        if parsed is not None:
+            epoch, count = parsed
+            out[epoch] = max(count, out.get(epoch, 0))
+    return out

@@ -268,6 +268,9 @@ class Normalizer:
         """Stream time per partition: what silence is measured in (the adapter feeds it)."""
         self.token = "w"
         """This worker's name in the journal heads it writes (the adapter sets a random one)."""
+        self._doubtful: set[RunKey] = set()
+        """Runs restored while the store may have lost entries (its loss window): a gap there may be
+        the store's, not the input's, so it is refused (``store_lost``), never decided (issue 24)."""
         self._heads: dict[RunKey, str] = {}
         """Run → its journal head as this worker last read or wrote it (the fence, ``Step.fence``)."""
 
@@ -325,7 +328,7 @@ class Normalizer:
         worker holds is never behind another owner."""
         return item.run not in self._ended and item.run not in self._runs
 
-    def restore(self, item: RunInput, journal: Iterable[JournalEntry], *, ended: bytes | str | bool | None, head: str = "") -> None:
+    def restore(self, item: RunInput, journal: Iterable[JournalEntry], *, ended: bytes | str | bool | None, head: str = "", doubtful: bool = False) -> None:
         """Rebuild the run from its journal, or mark it ended.
 
         The journal is the run's accepted input, ``0, 1, 2 …`` (only a contiguous prefix counts).
@@ -337,16 +340,22 @@ class Normalizer:
         a record that differs from the entry for its ``rw-seq`` is a conflict, not new input.
         A run with no accepted input is not created here: a data record starts it in
         :meth:`accept`, a control record for it is dead-lettered (``unknown_run``). ``head`` is
-        the journal's head as read: this worker's next write for the run expects it."""
+        the journal's head as read: this worker's next write for the run expects it.
+        ``doubtful``: the store may have lost entries of this journal (a loss window): the run
+        goes on only with contiguous input — a gap or an expiry would be judged against what
+        the store lost, so the run's record is refused instead (``store_lost``)."""
         where = Ended.parse(ended)
         self._runs.pop(item.run, None)
         self._heads.pop(item.run, None)
+        self._doubtful.discard(item.run)
         if where is not None:
             self._mark_ended(item.run, where)
             return
         entries = {entry.seq: entry for entry in journal}
         stored = entries.pop(HEAD_SEQ, None)
         self._heads[item.run] = stored.value.decode("ascii", "replace") if stored is not None else head
+        if doubtful:  # even with no entry 0: its rw-seq 0 may be a copy of a record the store lost
+            self._doubtful.add(item.run)
         expired = entries.pop(EXPIRED_SEQ, None)
         gap = entries.pop(GAP_SEQ, None)
         if 0 not in entries:
@@ -431,6 +440,9 @@ class Normalizer:
         step = Step(run=key, thread_id=state.envelope.thread_id)
         state.last_seen = self.clock.seen(state.partition) if now is None else now
         state.last_offset = record.offset
+        if env.seq > state.next_seq and key in self._doubtful:
+            self.forget_runs([key])  # each later record is judged against the store again
+            return self._refuse(item, DeadLetterCode.STORE_LOST, "the run's journal vanished with the store")
         if env.seq > state.next_seq:
             missing = f"rw-seq jumped from {state.next_seq} to {env.seq}: a record of the run is missing"
             self._fail(state, step, item, DeadLetterCode.SEQUENCE_GAP, missing)
@@ -515,7 +527,7 @@ class Normalizer:
         a late record would otherwise be translated into the number the ``RUN_ERROR`` took."""
         steps = []
         for key, state in list(self._runs.items()):
-            if state.ahead or self.replaying(state.partition):  # its input is being redone, not idle
+            if state.ahead or self.replaying(state.partition) or key in self._doubtful:  # being redone, or its journal is in doubt
                 continue
             current = self.clock.at(state.partition) if now is None else now
             if current - state.last_seen >= timeout_s:
@@ -558,12 +570,22 @@ class Normalizer:
         self._ended.clear()
         return len(dropped)
 
+    def forget_all(self) -> int:
+        """Drop every run held (the worker was stalled long enough to have lost its partitions
+        without being told): each is restored from its journal, as it is now, on its next record."""
+        held = list(self._runs)
+        self.forget_runs(held)
+        self._heads.clear()
+        self._ended.clear()
+        return len(held)
+
     def forget_runs(self, runs: Iterable[RunKey]) -> None:
         """Drop these runs' copies (the store refused a write for them: another worker wrote
         since — their next record restores them from the journal as it is now)."""
         for key in runs:
             self._runs.pop(key, None)
             self._heads.pop(key, None)
+            self._doubtful.discard(key)
 
     @property
     def open_runs(self) -> int:
@@ -729,6 +751,7 @@ class Normalizer:
         where = Ended(state.partition, state.last_offset)
         step.ended_at = (where.partition, where.offset)
         self._runs.pop(RunKey(env.tenant, env.run_id), None)
+        self._doubtful.discard(RunKey(env.tenant, env.run_id))
         self._mark_ended(RunKey(env.tenant, env.run_id), where)
 
     def _dead_letter(self, record: RawRecord, reason: str, code: DeadLetterCode) -> Outbound:
