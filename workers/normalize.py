@@ -135,6 +135,10 @@ class NormalizerWorker:
         sends these Steps again — the same events, idempotent writes. A record of the run met
         meanwhile drops its Step (the run was not ended: it is restored from its journal and
         goes on), and so does its partition's revocation (the new owner's to judge)."""
+        self._probe_store = False
+        """A Redis (or store) failure happened: the next poll is stepped only once a write goes through."""
+        self._committed: dict[TopicPartition, int] = {}
+        """The offsets this worker last committed, per partition (the expiry's membership check)."""
         self._beat = time.monotonic()
         """When the event loop last ran the heartbeat (:meth:`beat`)."""
         self._stalled = False
@@ -153,6 +157,8 @@ class NormalizerWorker:
             records = self._fresh(records)
             if not records or self.closing:
                 return  # not committed: redelivered to whoever consumes next
+            if self._probe_store and not await self._store_answers(records):
+                return
             offsets = _offsets(records)
             self._note_replay(offsets)
             await self._slots.acquire()
@@ -201,10 +207,50 @@ class NormalizerWorker:
             self._unsent_expiries.clear()
             if not steps:
                 return  # no trace: an empty one would record a poll duration for no poll
+            if not await self._member(steps):  # sent by a later tick, unless the partition is revoked meanwhile
+                self._unsent_expiries.update((step.run, step) for step in steps if step.run is not None)
+                return
             trace = self.telemetry.batch(()).__enter__()
             trace.stepped(steps)  # registered before anything can quote them (P8)
             await self._slots.acquire()
             self._launch(_Flight(steps, trace, {}))
+
+    async def _store_answers(self, records: Sequence[RawRecord]) -> bool:
+        """After a Redis failure, before a poll is stepped again: does a write go through? A poll
+        sends its continuing runs' outputs while stepping, before its write; while Redis refuses
+        writes (out of memory, away) every retry sent them again — 1,632 copies in one OOM
+        (issue 24). Now a retry is stepped only once an empty write has gone through: the
+        outputs repeat at most once per poll in flight when the outage began, and once per
+        flap of Redis (docs/reliability.md)."""
+        try:
+            await self.store.probe()
+        except Exception as exc:
+            self._note_failure(exc)
+            await self._rewind(_offsets(records))  # not stepped: fetched again after the backoff
+            return False
+        self._probe_store = False
+        return True
+
+    async def _member(self, steps: Sequence[Step]) -> bool:
+        """Before an expiry's writes: is this worker still a member of the group for these runs'
+        partitions? Asked by committing again the offsets it last committed there (Kafka refuses
+        a commit from a member the group has moved on from). An expiry is a decision no record
+        makes; a worker cut off from the group's coordinator without noticing must not make it
+        (issue 24 item 2) — the fence refuses its write if the new owner wrote first, this closes
+        the race in which it writes first."""
+        partitions = {TopicPartition(topics.RAW, step.ended_at[0]) for step in steps if step.ended_at is not None}
+        offsets = {tp: self._committed[tp] for tp in partitions if tp in self._committed}
+        if not offsets or self.consumer is None:
+            return True
+        await self._settle()  # a commit in flight lands first: offsets never go back
+        offsets = {tp: self._committed[tp] for tp in offsets}
+        try:
+            metadata = self.store.witness.metadata()
+            await self.consumer.commit({tp: (offset, metadata) for tp, offset in offsets.items()})
+        except Exception as exc:
+            log.info("expiry held back: the group refused this worker's commit (%s)", type(exc).__name__)
+            return False
+        return True
 
     def beat(self) -> None:
         """The event loop ran (called often by a task): a long gap since the last call is a stall."""
@@ -253,6 +299,7 @@ class NormalizerWorker:
                 await self._rewind(skip=set(revoked))
             for tp in revoked:
                 self._rewound.pop(tp, None)
+                self._committed.pop(tp, None)
             gone = {tp.partition for tp in revoked}
             dropped = self.normalizer.forget_partitions(gone, revoked=True)
             self.telemetry.forget(gone)
@@ -347,6 +394,7 @@ class NormalizerWorker:
                     # the store's write count beside each offset: the witness a restored store is judged by
                     metadata = self.store.witness.metadata()
                     await self.consumer.commit({tp: (offset, metadata) for tp, offset in offsets.items()})
+                    self._committed.update(offsets)
             except Exception as exc:
                 self._failed(exc)
                 return
@@ -441,6 +489,8 @@ class NormalizerWorker:
         if isinstance(exc, StoreLost):
             self._store_lost = True
             self.health_metrics.store_lost.add(1)
+        if failure.component in ("redis", "store"):
+            self._probe_store = True
         self._log(self.degradation.failed(failure, loop.time(), delay), exc)
 
     def _note_success(self, offsets: dict[TopicPartition, int]) -> None:

@@ -218,7 +218,7 @@ class ArtefactStore:
             if step.run is not None and step.run_ended:
                 pipe.append(Op("delete", (journal_key(step.run.tenant, step.run.run_id),)))
                 # where the run ended (partition:offset): a later record is dead-lettered, a redelivered one is not
-                marker = f"{step.ended_at[0]}:{step.ended_at[1]}".encode() if step.ended_at else b"1"
+                marker = step.ended_marker or (f"{step.ended_at[0]}:{step.ended_at[1]}".encode() if step.ended_at else b"1")
                 pipe.append(Op("set", (ended_key(step.run.tenant, step.run.run_id), marker), {"ex": self.journal_ttl_s}))
         await self._write(pipe, wait=False)
 
@@ -245,6 +245,18 @@ class ArtefactStore:
             raise StoreLost
         if reply[0] == 2:
             raise RunsMoved([runs[i - 1] for i in reply[1:]])
+        self.witness.saw(int(reply[1]))
+
+    async def probe(self) -> None:
+        """A write that writes nothing: the write script with no ops, refused exactly when a
+        poll's write would be — Redis away, out of memory (Redis refuses a script that may write
+        then), a store lost or restored (:class:`StoreLost`). On a cluster, a ``PING``."""
+        if self.slot_writer is not None:
+            await self.redis.ping()
+            return
+        reply = await self._writes(*write_call([], EPOCH_KEY, self.epoch, witness=self.witness.count))
+        if reply == 0:
+            raise StoreLost
         self.witness.saw(int(reply[1]))
 
     async def _write_with_replies(self, ops: list[Op]) -> list[object]:

@@ -34,7 +34,7 @@ from reasonwire.workers.ingress import OutgoingRecord, RunEnvelope, raw_records
 from reasonwire.workers.normalize import create_app
 from reasonwire.workers.settings import WorkerSettings
 from reasonwire.workers.sse import read_events
-from reasonwire.workers.store import EPOCH_KEY, ArtefactStore, RunsMoved, StoreLost
+from reasonwire.workers.store import EPOCH_KEY, ArtefactStore, StoreLost
 from reasonwire.workers.telemetry import setup_telemetry
 from tests.conformance.oracle import LOCAL_FIXTURES, translate_file
 from tests.integration.conftest import Collector, fresh_store_epoch, send
@@ -174,6 +174,8 @@ async def test_a_stale_copy_cannot_end_a_run_its_new_partition_finished_issue24_
     partition's owner) restores the run from its journal and finishes it; worker A still holds a
     copy. A's expiry of that copy is refused by the store's write script (nothing written, its
     ``RUN_ERROR`` never sent) — main wrote it and published a second terminal event over B's numbers."""
+    from reasonwire.workers.store import RunsMoved  # inside: the code before issue 24 has no fence to import
+
     [(run, records)] = _runs("moved", 1)
     await redis.delete(EPOCH_KEY)
     a_store, b_store = (ArtefactStore(redis, artefact_ttl_s=60, journal_ttl_s=60) for _ in range(2))
@@ -198,6 +200,8 @@ async def test_a_stale_copy_cannot_end_a_run_its_new_partition_finished_issue24_
 async def test_a_zombie_write_is_refused_and_a_redo_from_the_journal_agrees_issue24_item2(redis: Redis) -> None:
     """Both workers hold the run; B writes first. A's write (the same records) is refused; A drops
     its copy, restores from the journal as B left it and derives the same outputs."""
+    from reasonwire.workers.store import RunsMoved
+
     [(run, records)] = _runs("race", 1)
     await redis.delete(EPOCH_KEY)
     a_store, b_store = (ArtefactStore(redis, artefact_ttl_s=60, journal_ttl_s=60) for _ in range(2))

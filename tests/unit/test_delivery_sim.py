@@ -251,7 +251,7 @@ class Store:
             if s.run is not None and s.run_ended:
                 self.journals.pop(s.run, None)
                 self.heads.pop(s.run, None)
-                self.ended[s.run] = f"{s.ended_at[0]}:{s.ended_at[1]}".encode() if s.ended_at else b"1"
+                self.ended[s.run] = s.ended_marker
         self._wrote(witness)
 
     def _wrote(self, witness: Witness) -> None:

@@ -151,6 +151,7 @@ async def test_a_record_of_the_run_or_a_revocation_drops_the_expiry_to_send_agai
 
     worker.store.load_journals = journal_unread  # type: ignore[method-assign]
     worker._retry_at = 0.0
+    worker._probe_store = False  # Redis takes writes again (issue 24: a poll is stepped only then)
     run = RunEnvelope("openai-responses", "idle-run", "thread")
     await worker.handle([RawRecord(b"idle-run", b'{"type":"response.in_progress"}', tuple(run.headers(1)), 0, 1)])
     assert worker._unsent_expiries == {}  # the ingress was alive: the run goes on from its journal

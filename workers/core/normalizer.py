@@ -73,6 +73,11 @@ from reasonwire.workers.translators import implemented, translator_for
 
 
 _ENDED_MEMORY = 10_000
+_DIGESTS_KEPT = 8
+_DIGEST_BYTES = 4
+"""Per ended run, 4-byte digests of its last 8 accepted records, in its ended marker (64 hex
+characters): a producer's retry of a record lands soon after it, so mostly among its run's last
+ones. An older copy is dead-lettered ``run_ended`` as before, its bytes kept."""
 EXPIRED_SEQ = -1
 """The journal field under which an inactivity timeout is recorded (its value: the timeout, in seconds)."""
 HEAD_SEQ = -3
@@ -153,6 +158,8 @@ class Step:
     ended_at: tuple[int, int] | None = None
     """When ``run_ended``: (partition, offset) of the run's last raw record, for the ended
     marker — a later record of the run is dead-lettered, a redelivered one is not."""
+    ended_marker: bytes = b""
+    """When ``run_ended``: the ended marker to store (:meth:`Ended.marker`)."""
     error: str | None = None
     """The exception type that failed the run (``internal_error``), for a content-free log line."""
     fence: tuple[str, str] | None = None
@@ -182,10 +189,23 @@ class Ended(NamedTuple):
 
     partition: int = -1
     offset: int = -1
+    digests: str = ""
+    """Short digests (hex) of the run's last accepted records (``_DIGESTS_KEPT`` at most): a copy
+    of one of them arriving after the end is a duplicate, not a late record (issue 24). Kept in
+    the ended marker, so the judgement is the same whoever makes it."""
+    accepted: int = 0
+    """How many records the run accepted (the ``rw-seq`` after its last one)."""
+
+    def duplicate(self, seq: int, digest: bytes) -> bool:
+        """Whether ``digest`` is the one accepted under ``seq`` (known for the last few only)."""
+        width = 2 * _DIGEST_BYTES
+        index = seq - (self.accepted - len(self.digests) // width)
+        return 0 <= index and seq < self.accepted and self.digests[width * index : width * (index + 1)] == digest[:_DIGEST_BYTES].hex()
 
     def marker(self) -> bytes:
-        """The ended marker's value in the store."""
-        return f"{self.partition}:{self.offset}".encode()
+        """The ended marker's value in the store: ``partition:offset[:accepted:digests]``."""
+        tail = f":{self.accepted}:{self.digests}" if self.digests else ""
+        return f"{self.partition}:{self.offset}{tail}".encode()
 
     @classmethod
     def parse(cls, marker: bytes | str | bool | None) -> Ended | None:
@@ -194,9 +214,11 @@ class Ended(NamedTuple):
         if not marker:
             return None
         text = marker.decode("ascii", "replace") if isinstance(marker, bytes) else str(marker)
-        partition, _, offset = text.partition(":")
+        partition, _, rest = text.partition(":")
+        offset, _, rest = rest.partition(":")
+        accepted, _, digests = rest.partition(":")
         try:
-            return cls(int(partition), int(offset))
+            return cls(int(partition), int(offset), digests, int(accepted) if accepted else 0)
         except ValueError:
             return cls()
 
@@ -602,6 +624,8 @@ class Normalizer:
             return Step(run=item.run, skipped="run already ended")
         if ended.offset < 0 or (record.partition == ended.partition and record.offset <= ended.offset):
             return Step(run=item.run, skipped="run already ended (redelivered record)")
+        if ended.digests and ended.duplicate(item.envelope.seq, _digest(record.value, item.envelope.sse_event)):
+            return Step(run=item.run, skipped=f"duplicate record rw-seq {item.envelope.seq} (the run has ended)")
         return self._refuse(item, DeadLetterCode.RUN_ENDED, "record after the end of its run")
 
     def _duplicate(self, item: RunInput, state: _RunState) -> Step:
@@ -748,8 +772,10 @@ class Normalizer:
                 if self.limits.fits(topics.USAGE, env.run_id.encode(), blob, headers):
                     step.outbound.append(Outbound(topics.USAGE, env.run_id.encode(), blob, list(headers)))
         step.run_ended = True
-        where = Ended(state.partition, state.last_offset)
+        kept = "".join(d[:_DIGEST_BYTES].hex() for d in state.digests[-_DIGESTS_KEPT:])
+        where = Ended(state.partition, state.last_offset, kept, len(state.digests))
         step.ended_at = (where.partition, where.offset)
+        step.ended_marker = where.marker()
         self._runs.pop(RunKey(env.tenant, env.run_id), None)
         self._doubtful.discard(RunKey(env.tenant, env.run_id))
         self._mark_ended(RunKey(env.tenant, env.run_id), where)
