@@ -308,3 +308,24 @@ async def test_the_write_count_is_checked_by_every_read_and_write_issue24_item4(
     await store.load_journals([key])  # accepted again, inside the loss window
     await redis.delete(journal_key(run.tenant, run.run_id))
 
+
+
+async def test_an_evicting_redis_is_refused_at_start_unless_said_dedicated_issue24_item5(spawn_worker: Any, redis: Redis) -> None:
+    """``maxmemory-policy volatile-lru`` (a managed-Redis default) evicts journals and artefacts,
+    which all carry TTLs: the worker refuses to run (one line, exit 2, never ready) unless the
+    operator says the store is dedicated and sized (``RW_REDIS_DEDICATED=true``). Main started."""
+    before = (await redis.config_get("maxmemory-policy"))["maxmemory-policy"]
+    await redis.config_set("maxmemory-policy", "volatile-lru")
+    try:
+        refused = spawn_worker({"RW_HEALTH_PORT": "0"})
+        deadline = time.monotonic() + 60
+        while refused.proc.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert refused.proc.returncode == 2, refused.log.read_text(errors="replace")[-2000:]
+        text = refused.log.read_text(errors="replace")
+        assert "maxmemory-policy is volatile-lru" in text and "Traceback" not in text
+        assert len([line for line in text.splitlines() if "maxmemory-policy" in line]) == 1
+        dedicated = spawn_worker({"RW_HEALTH_PORT": "0", "RW_REDIS_DEDICATED": "true"})
+        dedicated.wait_assigned()
+    finally:
+        await redis.config_set("maxmemory-policy", before)
