@@ -418,6 +418,8 @@ class Normalizer:
         measured on the record's partition's stream time (:attr:`clock`)."""
         step = self._accept(item, now)
         self._fence(item.run, step)
+        if item.run not in self._runs:  # ended, refused, or never started: nothing of it is held
+            self._heads.pop(item.run, None)
         return step
 
     def _fence(self, run: RunKey, step: Step) -> None:
