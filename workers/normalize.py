@@ -915,9 +915,8 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
     async def _topics() -> None:
         await ensure_topics(settings)
         refusal = await refuse_evicting_store(store, settings)
-        if refusal is not None:  # one line, no traceback; the process never becomes ready
-            log.error("%s", refusal)
-            raise SystemExit(2)
+        if refusal is not None:  # one line, no traceback (``run``); the process never becomes ready
+            raise StoreRefused(refusal)
         committed, counts = await committed_witness(settings)
         await store.claim_epoch(lost=committed, witnessed=counts)
         await warn_unless_durable(store)
@@ -1015,8 +1014,30 @@ def run(settings: WorkerSettings | None = None) -> None:
     install_log_throttle()  # aiokafka logs every failed connection attempt (issue 13, finding 4)
     app, _ = create_app(settings)
     app.after_startup(tune_gc)  # the process's own: not in create_app, which tests run inside pytest
-    with topics_admin.start_failures(log):
-        asyncio.run(app.run())
+    try:
+        with topics_admin.start_failures(log):
+            asyncio.run(app.run())
+    except BaseException as exc:
+        refused = _refusal(exc)
+        if refused is None:
+            raise
+        log.error("%s", refused)
+        raise SystemExit(2) from None
+
+
+class StoreRefused(Exception):
+    """The store must not be used as it is (an evicting ``maxmemory-policy``): one line, exit 2."""
+
+
+def _refusal(exc: BaseException) -> StoreRefused | None:
+    """The :class:`StoreRefused` in ``exc``, however the app's task groups wrapped it."""
+    if isinstance(exc, StoreRefused):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = _refusal(inner)
+        if found is not None:
+            return found
+    return _refusal(exc.__cause__) if exc.__cause__ is not None else None
 
 
 GC_GEN0_THRESHOLD = 2_000
