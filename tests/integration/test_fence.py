@@ -329,3 +329,40 @@ async def test_an_evicting_redis_is_refused_at_start_unless_said_dedicated_issue
         dedicated.wait_assigned()
     finally:
         await redis.config_set("maxmemory-policy", before)
+
+
+async def test_a_redis_out_of_memory_repeats_a_polls_outputs_a_bounded_number_of_times_issue24(
+    primed_group: WorkerSettings, producer: Any, redis: Redis
+) -> None:
+    """While Redis refuses writes (``maxmemory`` reached, ``noeviction``), main stepped every
+    retried poll again and sent its continuing runs' outputs each time (1,632 copies in the
+    issue's run). Now a poll is stepped only once an empty write goes through: a few copies."""
+    [(run, records)] = _runs("oom", 1)
+    settings = dataclasses.replace(primed_group, inactivity_timeout_s=120, health_port=0, backoff_initial_s=0.05, backoff_max_s=0.3)
+    telemetry = setup_telemetry(install_global=False, env={})
+    app, _ = create_app(settings, telemetry)
+    before = (await redis.config_get("maxmemory"))["maxmemory"]
+    try:
+        await app.start()
+        await send(producer, records[:3])
+        async with Collector(settings.kafka_bootstrap_servers) as c:
+            await c.until(lambda c: len(c.events.get(run.run_id, {})) >= 3, timeout=60)
+        await redis.config_set("maxmemory", 1)  # every write refused: OOM
+        try:
+            await send(producer, records[3:-2])
+            await asyncio.sleep(8.0)  # some 25 retries at 0.3 s
+        finally:
+            await redis.config_set("maxmemory", before)
+        await send(producer, records[-2:])
+        c = Collector(settings.kafka_bootstrap_servers)
+        async with c:
+            await c.until(lambda c: c.finished(run.run_id), timeout=60)
+            await asyncio.sleep(1.0)
+            await c.until(lambda c: True)
+    finally:
+        await app.stop()
+        telemetry.log_guard.uninstall()
+    _one_number_one_event(c, [(run, records)])
+    assert c.stream(run.run_id) == _offline(run)
+    copies = max(len(v) for v in c.events[run.run_id].values())
+    assert copies <= 3, f"an output was published {copies} times during the outage"
