@@ -31,11 +31,21 @@ Checked for every seed, against a reference (the same core fed the same log once
 With inactivity timeouts (a clock decision, so no reference to compare with), a separate test
 checks that no two different events share a number and nothing follows a run's terminal event.
 
-Not simulated: the asyncio adapter code itself (this is a model of its ordering, checked by
-the integration tests on a live broker), store loss (issue 13's epoch marker), and a revoked worker that keeps its runs (no listener
-call): aiokafka calls the listener before every rejoin; the journal check in
-``Normalizer.restore`` catches a stale run on a gap or a duplicate, not on a record that
-happens to carry the stale run's next ``rw-seq``.
+Issue 24 adds the faults that break ownership and the store's memory, each with the same
+invariants: *zombies* — the owner freezes and the group gives its partitions to a fresh worker
+without telling it; the zombie goes on fetching from its old position, writing and sending (its
+commits refused), paused ones dropping their runs first as the adapter's stall rule does;
+*stream-time expiry* fed as the adapter feeds it (a lagging, crashed or paused worker must
+expire nothing whose records are in the log: the outcome is the reference's); *live producers*
+(records arrive over time); and a *store rollback* (copies taken, the store put back to one,
+epoch id kept). The store model applies the write script's rules from the core
+(``fence_accepts``, the write count against the ``Witness``). A test shows the scenarios can fail:
+without the fence or without the witness, seeds break.
+
+Not simulated: the asyncio adapter code itself (this is a model of its ordering, checked by the
+integration tests on a live broker; issue 27 replaces the model with the production state
+machine), runs whose records move to another partition (``tests/integration/test_fence.py``
+checks that at the store), and a Redis Cluster (no fence there yet).
 """
 
 from __future__ import annotations
