@@ -344,12 +344,13 @@ async def test_a_redis_out_of_memory_repeats_a_polls_outputs_a_bounded_number_of
     before = (await redis.config_get("maxmemory"))["maxmemory"]
     try:
         await app.start()
-        await send(producer, records[:3])
+        await send(producer, records[:5])
         async with Collector(settings.kafka_bootstrap_servers) as c:
-            await c.until(lambda c: len(c.events.get(run.run_id, {})) >= 3, timeout=60)
+            await c.until(lambda c: len(c.events.get(run.run_id, {})) >= 4, timeout=60)  # records 0-4 give 5 events
+            await asyncio.sleep(1.0)  # committed
         await redis.config_set("maxmemory", 1)  # every write refused: OOM
         try:
-            await send(producer, records[3:-2])
+            await send(producer, records[5:-2])
             await asyncio.sleep(8.0)  # some 25 retries at 0.3 s
         finally:
             await redis.config_set("maxmemory", before)
