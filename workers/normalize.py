@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 import gc
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -40,13 +41,14 @@ from reasonwire.contracts.topic_plan import plan
 from reasonwire.workers import topics_admin
 from reasonwire.workers.core.backoff import Backoff, Degradation, Report
 from reasonwire.workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
+from reasonwire.workers.core.fence import stalled, witnessed
 from reasonwire.workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step
 from reasonwire.workers.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle, wait_for_topics
 from reasonwire.workers.kafka_security import broker_security, client_kwargs, servers
 from reasonwire.workers.partitions import partition_of
 from reasonwire.workers.redis_connect import connect, redis_wait
 from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.store import ArtefactStore, StoreLost
+from reasonwire.workers.store import ArtefactStore, RunsMoved, StoreLost
 from reasonwire.workers.telemetry import Telemetry, setup_telemetry
 from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
 from reasonwire.workers.topics_admin import replication_factor
@@ -94,6 +96,8 @@ class NormalizerWorker:
         self.store = store
         self.telemetry = telemetry
         self.normalizer = Normalizer(PolicyBook.load(settings.policy_file))
+        self.normalizer.token = secrets.token_hex(4)  # this process's name in the journal heads it writes (the fence)
+        self.normalizer.clock.step = expiry_interval(settings)
         self.lock = asyncio.Lock()
         """Held while stepping, expiring, rewinding and handing over: the run table has one writer."""
         self.producer: AIOKafkaProducer | None = None
@@ -131,16 +135,30 @@ class NormalizerWorker:
         sends these Steps again — the same events, idempotent writes. A record of the run met
         meanwhile drops its Step (the run was not ended: it is restored from its journal and
         goes on), and so does its partition's revocation (the new owner's to judge)."""
+        self._probe_store = False
+        """A Redis (or store) failure happened: the next poll is stepped only once a write goes through."""
+        self._committed: dict[TopicPartition, int] = {}
+        """The offsets this worker last committed, per partition (the expiry's membership check)."""
+        self._beat = time.monotonic()
+        """When the event loop last ran the heartbeat (:meth:`beat`)."""
+        self._stalled = False
+        """The loop stood still for ``STALL_S`` or more since the last poll (a pause, a VM freeze)."""
+        self._moved: set[RunKey] = set()
+        """Runs the fence refused a write for (:class:`RunsMoved`): dropped at the rewind, and
+        never sent again as an unsent expiry — another worker wrote for them since."""
 
     async def handle(self, records: Sequence[RawRecord]) -> None:
         """Step one poll and put its writes in flight; returns before they are acknowledged."""
         async with self.lock:
+            await self._after_stall()
             if self._failure is not None:
                 await self._rewind()
             await self._wait_for_retry()
             records = self._fresh(records)
             if not records or self.closing:
                 return  # not committed: redelivered to whoever consumes next
+            if self._probe_store and not await self._store_answers(records):
+                return
             offsets = _offsets(records)
             self._note_replay(offsets)
             await self._slots.acquire()
@@ -179,6 +197,8 @@ class NormalizerWorker:
         worker has consumed without a break for a whole timeout: silence while Redis or the broker
         was away (or the backlog after it) says nothing about the ingress."""
         async with self.lock:
+            await self._after_stall()
+            self._observe_partitions()
             if self.closing or not self._quiet_long_enough():
                 return
             if self._failure is not None:
@@ -187,10 +207,88 @@ class NormalizerWorker:
             self._unsent_expiries.clear()
             if not steps:
                 return  # no trace: an empty one would record a poll duration for no poll
+            if not await self._member(steps):  # sent by a later tick, unless the partition is revoked meanwhile
+                self._unsent_expiries.update((step.run, step) for step in steps if step.run is not None)
+                return
             trace = self.telemetry.batch(()).__enter__()
             trace.stepped(steps)  # registered before anything can quote them (P8)
             await self._slots.acquire()
             self._launch(_Flight(steps, trace, {}))
+
+    async def _store_answers(self, records: Sequence[RawRecord]) -> bool:
+        """After a Redis failure, before a poll is stepped again: does a write go through? A poll
+        sends its continuing runs' outputs while stepping, before its write; while Redis refuses
+        writes (out of memory, away) every retry sent them again — 1,632 copies in one OOM
+        (issue 24). Now a retry is stepped only once an empty write has gone through: the
+        outputs repeat at most once per poll in flight when the outage began, and once per
+        flap of Redis (docs/reliability.md)."""
+        try:
+            await self.store.probe()
+        except Exception as exc:
+            self._note_failure(exc)
+            await self._rewind(_offsets(records))  # not stepped: fetched again after the backoff
+            return False
+        self._probe_store = False
+        return True
+
+    async def _member(self, steps: Sequence[Step]) -> bool:
+        """Before an expiry's writes: is this worker still a member of the group for these runs'
+        partitions? Asked by committing again the offsets it last committed there (Kafka refuses
+        a commit from a member the group has moved on from). An expiry is a decision no record
+        makes; a worker cut off from the group's coordinator without noticing must not make it
+        (issue 24 item 2) — the fence refuses its write if the new owner wrote first, this closes
+        the race in which it writes first."""
+        partitions = {TopicPartition(topics.RAW, step.ended_at[0]) for step in steps if step.ended_at is not None}
+        offsets = {tp: self._committed[tp] for tp in partitions if tp in self._committed}
+        if not offsets or self.consumer is None:
+            return True
+        await self._settle()  # a commit in flight lands first: offsets never go back
+        offsets = {tp: self._committed[tp] for tp in offsets}
+        try:
+            metadata = self.store.witness.metadata()
+            await self.consumer.commit({tp: (offset, metadata) for tp, offset in offsets.items()})
+        except Exception as exc:
+            log.info("expiry held back: the group refused this worker's commit (%s)", type(exc).__name__)
+            return False
+        return True
+
+    def beat(self) -> None:
+        """The event loop ran (called often by a task): a long gap since the last call is a stall."""
+        now = time.monotonic()
+        if stalled(now - self._beat):
+            self._stalled = True
+        self._beat = now
+
+    async def _after_stall(self) -> None:
+        """With the lock held: after a stall, drop every run held (issue 24 item 2). A stall as
+        long as Kafka's session timeout loses the partitions without the rebalance listener being
+        called until the consumer notices; meanwhile it may still fetch, and a copy of a run that
+        another worker went on with is stale. Restored from their journals on their next record,
+        the runs continue from what the other worker wrote — or find it ended them."""
+        self.beat()
+        if not self._stalled:
+            return
+        self._stalled = False
+        await self._settle()
+        dropped = self.normalizer.forget_all()
+        log.info("the event loop stood still for a while: %d open runs dropped, restored from their journals on their next record", dropped)
+
+    def _observe_partitions(self) -> None:
+        """Feed the core's stream clock (issue 24 item 1): per partition, whether every record
+        below the high watermark of the last fetch response has been stepped, and when that
+        response came. A worker that was paused, or lags, has no such fresh confirmation, so
+        its runs' silence does not grow; an outage counts as not caught up."""
+        consumer = self.consumer
+        if consumer is None:
+            return
+        healthy = self._healthy_since is not None and self._failure is None
+        for tp in consumer.assignment():
+            if tp.topic != topics.RAW:
+                continue
+            high = consumer.highwater(tp)
+            fetched = consumer.last_poll_timestamp(tp)
+            caught_up = healthy and high is not None and self.normalizer.stepped_to(tp.partition) >= high
+            self.normalizer.clock.observe(tp.partition, caught_up=caught_up, fetched_at=fetched / 1000 if fetched else None)
 
     async def forget(self, partitions: list[TopicPartition]) -> None:
         """Partitions were revoked: finish (commit) what is in flight, then drop their runs."""
@@ -201,6 +299,7 @@ class NormalizerWorker:
                 await self._rewind(skip=set(revoked))
             for tp in revoked:
                 self._rewound.pop(tp, None)
+                self._committed.pop(tp, None)
             gone = {tp.partition for tp in revoked}
             dropped = self.normalizer.forget_partitions(gone, revoked=True)
             self.telemetry.forget(gone)
@@ -243,7 +342,11 @@ class NormalizerWorker:
         failed transaction redoes the poll, and at least once allows the repeat."""
         if previous is not None:
             await previous  # a failed predecessor fails this poll too: nothing more of it is written
-        self.stats["artefacts"] += await self.store.apply(flight.steps)
+        try:
+            self.stats["artefacts"] += await self.store.apply(flight.steps)
+        except RunsMoved as exc:  # stale copies: nothing of theirs is sent after this (issue 24)
+            self._moved.update(exc.runs)
+            raise
         return await self._send([s for s in flight.steps if s.run_ended])
 
     async def _complete(self, flight: _Flight, previous: asyncio.Task[bool] | None) -> bool:
@@ -288,7 +391,10 @@ class NormalizerWorker:
             try:
                 if offsets:
                     assert self.consumer is not None
-                    await self.consumer.commit(offsets)
+                    # the store's write count beside each offset: the witness a restored store is judged by
+                    metadata = self.store.witness.metadata()
+                    await self.consumer.commit({tp: (offset, metadata) for tp, offset in offsets.items()})
+                    self._committed.update(offsets)
             except Exception as exc:
                 self._failed(exc)
                 return
@@ -303,7 +409,10 @@ class NormalizerWorker:
         if self._failure is not None:
             return
         self._failure = exc or RuntimeError("poll failed")
-        self._note_failure(self._failure)
+        if isinstance(exc, RunsMoved):  # not an outage: no backoff, no degraded state
+            log.info("fence: %d runs were written by another worker since (a rebalance or a partition change): copies dropped, poll redone", len(exc.runs))
+        else:
+            self._note_failure(self._failure)
         self._recovery = asyncio.get_running_loop().create_task(self._recover())
 
     async def _recover(self) -> None:
@@ -331,7 +440,12 @@ class NormalizerWorker:
         for flight in self._flights:  # their records come again: spans end in ERROR, nothing counted
             flight.trace.__exit__(type(failure), failure, None)
             if not flight.offsets and not flight.acknowledged:  # an expiry tick's: sent again (see _unsent_expiries)
-                self._unsent_expiries.update((step.run, step) for step in flight.steps if step.run is not None)
+                self._unsent_expiries.update((step.run, step) for step in flight.steps if step.run is not None and step.run not in self._moved)
+        if self._moved:
+            self.normalizer.forget_runs(self._moved)
+            for run in self._moved:
+                self._unsent_expiries.pop(run, None)
+            self._moved.clear()
         self._flights.clear()
         self._last = None  # the next poll starts a new chain: it must not wait on a failed one
         self._failure = None
@@ -375,6 +489,8 @@ class NormalizerWorker:
         if isinstance(exc, StoreLost):
             self._store_lost = True
             self.health_metrics.store_lost.add(1)
+        if failure.component in ("redis", "store"):
+            self._probe_store = True
         self._log(self.degradation.failed(failure, loop.time(), delay), exc)
 
     def _note_success(self, offsets: dict[TopicPartition, int]) -> None:
@@ -512,7 +628,7 @@ class NormalizerWorker:
             journal, ended = journals.pop(routed.run, None) or await self.store.load_journal(routed.run)
             if not self.store.journal_intact(journal, ended, routed.envelope.seq):
                 return self._refuse_lost_run(routed)
-            self.normalizer.restore(routed, journal, ended=ended)
+            self.normalizer.restore(routed, journal, ended=ended, doubtful=self.store.loss_window())
         step = self.normalizer.accept(routed)
         for warning in step.warnings:  # content-free by construction (P8); counted by the metrics
             self._warn_repeating(
@@ -659,17 +775,56 @@ async def output_limits(settings: WorkerSettings, max_request_size: int = DEFAUL
     return OutputLimits(default=max_request_size, per_topic=limits)
 
 
-async def group_has_offsets(settings: WorkerSettings) -> bool:
-    """Whether the consumer group committed offsets before: then a store without an epoch
-    is a store that lost its data, not a new one (docs/reliability.md)."""
+async def committed_witness(settings: WorkerSettings) -> tuple[bool, dict[str, int]]:
+    """Whether the consumer group committed offsets before — then a store without an epoch is a
+    store that lost its data, not a new one — and the highest store write count in the commits'
+    metadata, per store epoch id: a store below the count of its own id was restored from an
+    older copy (docs/reliability.md)."""
     admin = topics_admin.admin_client(settings.kafka_bootstrap_servers)
     await admin.start()
     try:
-        return bool(await admin.list_consumer_group_offsets(settings.group_id))
+        offsets = await admin.list_consumer_group_offsets(settings.group_id)
     except Exception:  # no such group yet (or an old broker): nothing was committed
-        return False
+        return False, {}
     finally:
         await admin.close()
+    return bool(offsets), witnessed(committed.metadata for committed in offsets.values())
+
+
+async def group_has_offsets(settings: WorkerSettings) -> bool:
+    """Whether the consumer group committed offsets before (:func:`committed_witness`)."""
+    return (await committed_witness(settings))[0]
+
+
+EVICTING_POLICIES_OK = ("noeviction",)
+"""The ``maxmemory-policy`` values that never drop a key to make room."""
+
+
+async def refuse_evicting_store(store: ArtefactStore, settings: WorkerSettings) -> str | None:
+    """Why the worker must not run on this Redis, or ``None`` (issue 24 item 5).
+
+    A Redis that evicts (``allkeys-*``, or ``volatile-*``: every journal and artefact has a
+    TTL) drops open runs' journals and stored artefacts without a word: a run resumed from a
+    journal that lost entries would be renumbered, and a replay would miss artefacts of runs
+    reported finished. Accepted only when the operator says the store is dedicated to
+    reasonwire and sized so ``maxmemory`` is never reached (``RW_REDIS_DEDICATED=true``).
+    Managed Redis that refuses ``CONFIG`` is not judged (a warning says so)."""
+    try:
+        policy = (await store.redis.config_get("maxmemory-policy")).get("maxmemory-policy")
+    except Exception:
+        log.warning("could not read Redis's maxmemory-policy: make sure it is noeviction (docs/reliability.md)")
+        return None
+    if policy is None or policy in EVICTING_POLICIES_OK or settings.redis_dedicated:
+        return None
+    return (
+        f"Redis maxmemory-policy is {policy}: it may evict open runs' journals and stored artefacts; set it to noeviction, "
+        "or set RW_REDIS_DEDICATED=true if this Redis is dedicated to reasonwire and sized never to reach maxmemory"
+    )
+
+
+def expiry_interval(settings: WorkerSettings) -> float:
+    """Seconds between expiry ticks: a quarter of the inactivity timeout, between 0.05 and 5."""
+    return max(0.05, min(settings.inactivity_timeout_s / 4, 5.0))
 
 
 async def warn_unless_durable(store: ArtefactStore) -> None:
@@ -739,8 +894,13 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
 
     expiry: dict[str, Any] = {}
 
+    async def beat_forever() -> None:
+        while True:
+            worker.beat()
+            await asyncio.sleep(0.25)
+
     async def expire_forever() -> None:
-        interval = max(0.05, min(settings.inactivity_timeout_s / 4, 5.0))
+        interval = expiry_interval(settings)
         while True:
             await asyncio.sleep(interval)
             try:
@@ -757,7 +917,11 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
             expiry["health"] = HealthServer(lambda: readiness(worker), port=settings.health_port, metrics=traces.telemetry.scrape)
             await expiry["health"].start()
         await wait_for_topics(lambda: ensure_topics(settings), expiry.get("health"))  # missing: not ready, wait
-        await store.claim_epoch(lost=await group_has_offsets(settings))
+        refusal = await refuse_evicting_store(store, settings)
+        if refusal is not None:  # one line, no traceback (``run``); the process never becomes ready
+            raise StoreRefused(refusal)
+        committed, counts = await committed_witness(settings)
+        await store.claim_epoch(lost=committed, witnessed=counts)
         await warn_unless_durable(store)
         try:
             worker.normalizer.limits = await output_limits(settings)
@@ -773,12 +937,14 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         for subscriber in broker.subscribers:  # readiness knows the consumer before the first poll
             worker.consumer = worker.consumer or getattr(subscriber, "consumer", None)
         expiry["task"] = asyncio.create_task(expire_forever())
+        expiry["beat"] = asyncio.create_task(beat_forever())
 
     @app.on_shutdown
     async def _stop() -> None:
-        task = expiry.pop("task", None)
-        if task is not None:
-            task.cancel()
+        for name in ("task", "beat"):
+            task = expiry.pop(name, None)
+            if task is not None:
+                task.cancel()
         health = expiry.pop("health", None)
         if health is not None:
             await health.stop()
@@ -848,8 +1014,30 @@ def run(settings: WorkerSettings | None = None) -> None:
     install_log_throttle()  # aiokafka logs every failed connection attempt (issue 13, finding 4)
     app, _ = create_app(settings)
     app.after_startup(tune_gc)  # the process's own: not in create_app, which tests run inside pytest
-    with topics_admin.start_failures(log):
-        asyncio.run(app.run())
+    try:
+        with topics_admin.start_failures(log):
+            asyncio.run(app.run())
+    except BaseException as exc:
+        refused = _refusal(exc)
+        if refused is None:
+            raise
+        log.error("%s", refused)
+        raise SystemExit(2) from None
+
+
+class StoreRefused(Exception):
+    """The store must not be used as it is (an evicting ``maxmemory-policy``): one line, exit 2."""
+
+
+def _refusal(exc: BaseException) -> StoreRefused | None:
+    """The :class:`StoreRefused` in ``exc``, however the app's task groups wrapped it."""
+    if isinstance(exc, StoreRefused):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = _refusal(inner)
+        if found is not None:
+            return found
+    return _refusal(exc.__cause__) if exc.__cause__ is not None else None
 
 
 GC_GEN0_THRESHOLD = 2_000

@@ -18,7 +18,11 @@ as one ``EVALSHA``:
 Where this steps past redis-py's client: no client-side retry (a failed write fails the
 poll, which the worker rewinds and redoes after its backoff — a retry here could apply a
 script twice whose reply was lost) and no per-command reply callbacks (the script's only
-reply is 0 or 1). A Redis Cluster keeps the per-slot transactions of
+reply is a status: see :data:`WRITE_OPS`).
+
+The write script is also the fence of issue 24 (``workers/core/fence.py``): before anything is
+written it checks each written run's journal head and ended marker, and the store's write count
+against the witness; it writes all of a poll or nothing. A Redis Cluster keeps the per-slot transactions of
 :mod:`reasonwire.workers.redis_slots` (one script may only touch one slot).
 """
 
@@ -36,20 +40,51 @@ from reasonwire.workers.redis_slots import Op
 
 _EPOCH_FIRST = """
 if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '' and tonumber(redis.call('HGET', KEYS[1], 'w') or '0') < tonumber(ARGV[2]) then return 0 end
 """
-"""Both scripts start here: KEYS[1] is the epoch hash, ARGV[1] the id expected ('' = unchecked)."""
+"""Both scripts start here: KEYS[1] is the epoch hash, ARGV[1] the id expected ('' = unchecked),
+ARGV[2] the lowest write count the store may have (the witness, ``workers/core/fence.py``; '' =
+unchecked): a store whose id changed, or whose count went back (a restored copy), is refused."""
 
-WRITE_OPS = _EPOCH_FIRST + """local a = 2
-for k = 2, #KEYS do
+HEAD_FIELD = "-3"
+"""The journal hash's field holding the run's head (``<writes>.<worker token>``): a negative
+``rw-seq``, so the journal's readers take it for bookkeeping, not input."""
+
+WRITE_OPS = _EPOCH_FIRST + """local f = tonumber(ARGV[3])
+local moved = {}
+for i = 1, f do
+  local head = redis.call('HGET', KEYS[2 * i], '""" + HEAD_FIELD + """') or ''
+  if redis.call('EXISTS', KEYS[2 * i + 1]) == 1 or (head ~= ARGV[3 + 2 * i] and head ~= ARGV[4 + 2 * i]) then
+    moved[#moved + 1] = i
+  end
+end
+if #moved > 0 then
+  table.insert(moved, 1, 2)
+  return moved
+end
+for i = 1, f do
+  redis.call('HSET', KEYS[2 * i], '""" + HEAD_FIELD + """', ARGV[4 + 2 * i])
+  redis.call('EXPIRE', KEYS[2 * i], ARGV[4])
+end
+local a = 5 + 2 * f
+for k = 2 + 2 * f, #KEYS do
   local n = tonumber(ARGV[a + 1])
   redis.call(ARGV[a], KEYS[k], unpack(ARGV, a + 2, a + 1 + n))
   a = a + 2 + n
 end
-return 1
+local w = 0
+if ARGV[1] ~= '' then w = redis.call('HINCRBY', KEYS[1], 'w', 1) end
+return {1, w}
 """
-"""KEYS[1]: the epoch hash; KEYS[k > 1]: op k-1's key. ARGV[1]: the epoch id expected ('' =
-unchecked), then per op its command, its argument count and the arguments after the key.
-Returns 0 (nothing written) when the epoch's id is missing or another, else 1."""
+"""KEYS[1]: the epoch hash; KEYS[2i], KEYS[2i+1] (i = 1..F): fence i's journal and ended marker;
+then op k's key. ARGV[1], ARGV[2]: as in :data:`_EPOCH_FIRST`; ARGV[3]: F; ARGV[4]: the journal
+TTL; ARGV[3+2i], ARGV[4+2i]: fence i's head expected and head written; then per op its command,
+its argument count and the arguments after the key.
+
+Returns 0 (nothing written) when the epoch's id is missing or another, or its write count is
+below the witness; ``{2, i…}`` (nothing written) when fence i failed — the run has ended, or its
+head is neither the one expected nor the one this write sets (another worker wrote for the run
+since); else ``{1, w}``, ``w`` the store's write count after this call (0 when unchecked)."""
 
 READ_HASHES = _EPOCH_FIRST + """local out = {}
 for k = 2, #KEYS, 2 do
@@ -59,9 +94,9 @@ end
 return out
 """
 """KEYS[1]: the epoch hash; then pairs (a hash, a string): for each its ``HGETALL`` (flat
-field, value list) and its ``GET`` (nil when missing). ARGV[1] as in :data:`WRITE_OPS`;
-returns 0 instead when the epoch's id is missing or another. One server, one reply: the
-journal reads of a poll's new runs."""
+field, value list) and its ``GET`` (nil when missing). ARGV[1], ARGV[2] as in :data:`WRITE_OPS`;
+returns 0 instead when the store is refused. One server, one reply: the journal reads of a
+poll's new runs."""
 
 MAX_FIELDS_PER_CALL = 1000
 """An ``HSET`` of more fields is split: Lua's ``unpack`` is bounded by its C stack (8000)."""
@@ -135,12 +170,22 @@ class ServerScript:
             await pool.release(connection)
 
 
-def write_call(ops: Sequence[Op], epoch_key: str, epoch: str | None) -> tuple[list[str], list[Any]]:
-    """The keys and arguments of :data:`WRITE_OPS` for ``ops``."""
+def write_call(
+    ops: Sequence[Op], epoch_key: str, epoch: str | None, *, witness: int | None = None,
+    fences: Sequence[tuple[str, str, str, str]] = (), journal_ttl_s: int = 0,
+) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of :data:`WRITE_OPS` for ``ops``, guarded by ``fences``
+    (journal key, ended key, head expected, head written) and the ``witness`` count."""
     keys, words = op_words(ops)
-    return [epoch_key, *keys], [epoch or "", *words]
+    fence_keys = [key for journal, ended, _, _ in fences for key in (journal, ended)]
+    fence_args = [head for _, _, expected, new in fences for head in (expected, new)]
+    return [epoch_key, *fence_keys, *keys], [epoch or "", _witness_arg(epoch, witness), len(fences), journal_ttl_s, *fence_args, *words]
 
 
-def read_call(pairs: Sequence[tuple[str, str]], epoch_key: str, epoch: str | None) -> tuple[list[str], list[Any]]:
+def _witness_arg(epoch: str | None, witness: int | None) -> str | int:
+    return witness if epoch is not None and witness else ""
+
+
+def read_call(pairs: Sequence[tuple[str, str]], epoch_key: str, epoch: str | None, *, witness: int | None = None) -> tuple[list[str], list[Any]]:
     """The keys and arguments of :data:`READ_HASHES` for (hash, string) key pairs."""
-    return [epoch_key, *(key for pair in pairs for key in pair)], [epoch or ""]
+    return [epoch_key, *(key for pair in pairs for key in pair)], [epoch or "", _witness_arg(epoch, witness)]

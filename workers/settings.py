@@ -256,6 +256,9 @@ class NormalizeSettings(_WorkerBase, RedisWaitSettings):
     max_batch: PositiveInt = Field(200, description="raw records per poll: one Redis transaction and one offset commit per batch")
     max_in_flight: PositiveInt = Field(8, description="polls whose writes may be in flight at once (1 = no overlap); polls still commit in order")
     policy_file: str | None = Field(None, description="JSON retention/audience policy (contracts/policy.py); unset: the default policy")
+    redis_dedicated: bool = Field(
+        False, description="Redis is dedicated to reasonwire and sized never to reach maxmemory: an evicting maxmemory-policy is then accepted (docs/reliability.md)"
+    )
 
     @field_validator("policy_file")
     @classmethod

@@ -38,12 +38,14 @@ from redis.asyncio.cluster import RedisCluster
 
 from reasonwire.contracts.artefacts import ArtefactRecord
 from reasonwire.contracts.store import artefact_key, artefact_slot, ended_key, journal_key, thread_index_key, thread_runs_key
-from reasonwire.workers.core.normalizer import JournalEntry, RunKey, Step
+from reasonwire.workers.core.fence import Witness, journal_complete
+from reasonwire.workers.core.normalizer import HEAD_SEQ, JournalEntry, RunKey, Step
 from reasonwire.workers.core.wire import record_json
-from reasonwire.workers.redis_script import READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
+from reasonwire.workers.redis_script import HEAD_FIELD, READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
 from reasonwire.workers.redis_slots import Op, SlotWriter, queue
 
 _SSE_SEPARATOR = b"\x00"
+_HEAD = HEAD_FIELD.encode()
 
 EPOCH_KEY = "rw:v1:epoch"
 """Hash: ``id`` (random, written once per store lifetime), ``created_ms``, and ``lost_ms``
@@ -52,21 +54,36 @@ Cluster, read with its own slot's commands — the check is then a separate roun
 
 
 _CLAIM_EPOCH = """
-if redis.call('HEXISTS', KEYS[1], 'id') == 0 then
+local id = redis.call('HGET', KEYS[1], 'id')
+if not id then
   redis.call('HSET', KEYS[1], 'id', ARGV[1], 'created_ms', ARGV[2])
   if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'lost_ms', ARGV[2]) end
+elseif id == ARGV[5] and tonumber(redis.call('HGET', KEYS[1], 'w') or '0') < tonumber(ARGV[4]) then
+  redis.call('HSET', KEYS[1], 'id', ARGV[1], 'lost_ms', ARGV[2], 'rolled_back_ms', ARGV[2], 'w', ARGV[4])
 end
 return redis.call('HGETALL', KEYS[1])
 """
 """Create the epoch only if it is missing (``lost`` marks a missing one as a loss), then read it:
-one atomic step, so racing workers all adopt the first one's epoch."""
+one atomic step, so racing workers all adopt the first one's epoch. ARGV[4] is the witness: the
+highest write count known acknowledged under the epoch id ARGV[5]. A store with that id and a
+lower count went back in time (restored from an older copy: it keeps its id); its epoch is
+replaced by a new one marked lost, whose count starts at the witness."""
 
 
 class StoreLost(Exception):
-    """The store's epoch is missing or changed: Redis lost (some of) its data."""
+    """The store's epoch is missing or changed, or its write count went back: Redis lost (some of) its data."""
 
-    def __init__(self, message: str = "the store's epoch is missing or changed: Redis lost data") -> None:
+    def __init__(self, message: str = "the store's epoch is missing or changed, or its write count went back: Redis lost data") -> None:
         super().__init__(message)
+
+
+class RunsMoved(Exception):
+    """The fence refused a poll (issue 24): another worker wrote for these runs since this one
+    last read or wrote them, or ended them. Nothing of the poll was written."""
+
+    def __init__(self, runs: Sequence[RunKey]) -> None:
+        super().__init__(f"{len(runs)} runs were written by another worker since")
+        self.runs = list(runs)
 
 
 class ArtefactStore:
@@ -89,6 +106,9 @@ class ArtefactStore:
         """The epoch id this process works in; ``None`` (never claimed): no checks (tools, tests)."""
         self.lost_ms: int | None = None
         """When a worker last found this store had lost data (from the epoch hash)."""
+        self.witness = Witness()
+        """The highest write count this process knows the store reached (its own writes, the
+        committed offsets' metadata): a store below it was restored from an older copy."""
 
     async def aclose(self) -> None:
         """Close the client (and, on a cluster, the per-master connections of the slot writer)."""
@@ -98,15 +118,24 @@ class ArtefactStore:
 
     # -- the epoch (store-loss detection) -------------------------------------------------
 
-    async def claim_epoch(self, *, lost: bool) -> str:
+    async def claim_epoch(self, *, lost: bool, witnessed: dict[str, int] | None = None) -> str:
         """Adopt the store's epoch, creating it if missing (``lost``: the caller knows data
         existed before — e.g. the consumer group has committed offsets — so a missing epoch
-        means the store was wiped). Safe to race: one script creates or reads it atomically."""
+        means the store was wiped). Safe to race: one script creates or reads it atomically.
+        ``witnessed``: per epoch id, the highest write count committed with the group's offsets
+        (start-up); a store behind the count of its own id was restored from an older copy, and
+        gets a new epoch marked lost (issue 24 item 4)."""
         now_ms = str(int(time.time() * 1000))
-        raw = await self.redis.eval(_CLAIM_EPOCH, 1, EPOCH_KEY, secrets.token_hex(8), now_ms, "1" if lost else "0")  # type: ignore[misc]
+        if witnessed is not None:  # start-up: the commits' counts, for the id the store has now
+            current = await self.redis.hget(EPOCH_KEY, "id")
+            if current is not None:
+                self.witness.adopt(current.decode(), witnessed.get(current.decode(), 0))
+        args = (secrets.token_hex(8), now_ms, "1" if lost else "0", self.witness.count, self.witness.epoch or "")
+        raw = await self.redis.eval(_CLAIM_EPOCH, 1, EPOCH_KEY, *args)  # type: ignore[misc]
         fields = dict(zip(raw[::2], raw[1::2], strict=True))
         self.epoch = fields[b"id"].decode()
         self.lost_ms = int(fields[b"lost_ms"]) if b"lost_ms" in fields else None
+        self.witness.adopt(self.epoch, int(fields.get(b"w", b"0")))
         return self.epoch
 
     async def recover_from_loss(self) -> str:
@@ -134,8 +163,7 @@ class ArtefactStore:
         bookkeeping, e.g. a run's timeout) and entries after ``seq`` are not judged."""
         if ended or not self.loss_window():
             return True
-        have = {e.seq for e in journal}
-        return all(s in have for s in range(seq))
+        return journal_complete((e.seq for e in journal), seq)
 
     def _check_epoch(self, reply: bytes | None) -> None:
         if reply is None or reply.decode() != self.epoch:
@@ -147,6 +175,7 @@ class ArtefactStore:
         batch ends a run); returns artefacts written."""
         steps = list(steps)
         pipe: list[Op] = []
+        fences: dict[RunKey, tuple[str, str]] = {}
         written = 0
         now_ms = int(time.time() * 1000)
         journals: dict[RunKey, dict[str, bytes]] = {}
@@ -154,6 +183,9 @@ class ArtefactStore:
         for step in steps:
             if step.run is None:
                 continue
+            if step.fence is not None:  # the run's first write in the batch expects, its last one sets
+                expected = fences[step.run][0] if step.run in fences else step.fence[0]
+                fences[step.run] = (expected, step.fence[1])
             ttl = step.artefact_ttl_s or self.artefact_ttl_s
             for record in step.artefacts:
                 self._put_artefact(pipe, record.model_copy(update={"created_at_ms": now_ms}), ttl)
@@ -171,7 +203,7 @@ class ArtefactStore:
                 runs = thread_runs_key(run.tenant, threads[run])
                 pipe.append(Op("sadd", (runs, run.run_id)))
                 pipe.append(Op("expire", (runs, self.journal_ttl_s)))
-        await self._write(pipe, wait=any(step.run_ended for step in steps))
+        await self._write(pipe, wait=any(step.run_ended for step in steps), fences=fences)
         return written
 
     async def close_runs(self, steps: Iterable[Step]) -> None:
@@ -186,15 +218,17 @@ class ArtefactStore:
             if step.run is not None and step.run_ended:
                 pipe.append(Op("delete", (journal_key(step.run.tenant, step.run.run_id),)))
                 # where the run ended (partition:offset): a later record is dead-lettered, a redelivered one is not
-                marker = f"{step.ended_at[0]}:{step.ended_at[1]}".encode() if step.ended_at else b"1"
+                marker = step.ended_marker or (f"{step.ended_at[0]}:{step.ended_at[1]}".encode() if step.ended_at else b"1")
                 pipe.append(Op("set", (ended_key(step.run.tenant, step.run.run_id), marker), {"ex": self.journal_ttl_s}))
         await self._write(pipe, wait=False)
 
-    async def _write(self, ops: list[Op], *, wait: bool) -> None:
+    async def _write(self, ops: list[Op], *, wait: bool, fences: dict[RunKey, tuple[str, str]] | None = None) -> None:
         """The ops atomically with the epoch check: on one server one script call that writes
-        nothing into a store whose epoch is missing or another; on a cluster one transaction
-        per hash slot with the epoch read after them (the epoch key has its own slot), and
-        with ``wait`` a replica acknowledges before this returns. Raises :class:`StoreLost`."""
+        nothing into a store whose epoch is missing or another, whose write count is below the
+        witness, or where a fenced run moved (:class:`RunsMoved`); on a cluster one transaction
+        per hash slot with the epoch read after them (the epoch key has its own slot; the fence
+        and the witness are not checked there), and with ``wait`` a replica acknowledges before
+        this returns. Raises :class:`StoreLost`."""
         if self.slot_writer is not None:
             # even with no ops: with ``wait`` a run that ends here waits for the replicas of the
             # masters earlier polls wrote its artefacts to (SlotWriter.write)
@@ -202,10 +236,28 @@ class ArtefactStore:
             if self.epoch is not None and ops:
                 self._check_epoch(await self.redis.hget(EPOCH_KEY, "id"))
             return
-        if not ops:
+        if not ops and not fences:
             return
-        if not await self._writes(*write_call(ops, EPOCH_KEY, self.epoch)):
+        runs = list(fences or ())
+        guards = [(journal_key(r.tenant, r.run_id), ended_key(r.tenant, r.run_id), *fences[r]) for r in runs] if fences else []
+        reply = await self._writes(*write_call(ops, EPOCH_KEY, self.epoch, witness=self.witness.count, fences=guards, journal_ttl_s=self.journal_ttl_s))
+        if reply == 0:
             raise StoreLost
+        if reply[0] == 2:
+            raise RunsMoved([runs[i - 1] for i in reply[1:]])
+        self.witness.saw(int(reply[1]))
+
+    async def probe(self) -> None:
+        """A write that writes nothing: the write script with no ops, refused exactly when a
+        poll's write would be — Redis away, out of memory (Redis refuses a script that may write
+        then), a store lost or restored (:class:`StoreLost`). On a cluster, a ``PING``."""
+        if self.slot_writer is not None:
+            await self.redis.ping()
+            return
+        reply = await self._writes(*write_call([], EPOCH_KEY, self.epoch, witness=self.witness.count))
+        if reply == 0:
+            raise StoreLost
+        self.witness.saw(int(reply[1]))
 
     async def _write_with_replies(self, ops: list[Op]) -> list[object]:
         """The ops in one ``MULTI``/``EXEC`` (one transaction per slot on a cluster), with each
@@ -227,7 +279,7 @@ class ArtefactStore:
         pipeline on a cluster."""
         pairs = [(journal_key(run.tenant, run.run_id), ended_key(run.tenant, run.run_id)) for run in runs]
         if self.slot_writer is None:
-            reply = await self._reads(*read_call(pairs, EPOCH_KEY, self.epoch))
+            reply = await self._reads(*read_call(pairs, EPOCH_KEY, self.epoch, witness=self.witness.count))
             if reply == 0:
                 raise StoreLost
             return [(_journal_entries(zip(fields[::2], fields[1::2], strict=True)), ended or False) for fields, ended in zip(reply[::2], reply[1::2], strict=True)]
@@ -279,6 +331,9 @@ def _journal_entries(entries: Iterable[tuple[bytes, bytes]]) -> list[JournalEntr
     """A journal hash's (field, value) pairs as entries (a script's flat reply needs no dict first)."""
     journal = []
     for seq, blob in entries:
+        if seq == _HEAD:  # the run's head (the fence): kept whole
+            journal.append(JournalEntry(HEAD_SEQ, blob))
+            continue
         sse, _, value = blob.partition(_SSE_SEPARATOR)
         journal.append(JournalEntry(int(seq), value, sse.decode() or None))
     return journal

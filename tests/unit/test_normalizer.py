@@ -155,13 +155,17 @@ def test_a_held_run_is_never_restored_over_the_state_it_has_issue13() -> None:
 
 
 def test_silent_ingress_closes_the_run_as_interrupted() -> None:
+    """Silence is stream time (issue 24 item 1): confirmed caught-up time on the run's partition."""
     n = Normalizer()
+    n.clock.step = 1.0
     records = _records(end=None)
-    import time
-
     _run_all(n, records[:5])
-    assert n.expire(now=time.monotonic() + 5, timeout_s=10) == []
-    [step] = n.expire(now=time.monotonic() + 11, timeout_s=10)
+    for t in range(100, 106):  # one fetch response a second, the partition caught up
+        n.clock.observe(0, caught_up=True, fetched_at=float(t))
+    assert n.expire(timeout_s=10) == []
+    for t in range(106, 113):
+        n.clock.observe(0, caught_up=True, fetched_at=float(t))
+    [step] = n.expire(timeout_s=10)
     events = [e for _, e in _events([step])]
     assert events[-1]["type"] == "RUN_ERROR" and events[-1]["code"] == "inactivity_timeout"
     assert step.run_ended and n.open_runs == 0

@@ -66,7 +66,8 @@ def test_a_gap_ends_the_run_sequence_gap_right_after_the_accepted_events_issue13
     assert_valid_stream([e for _, e in events])
     codes = [c for c, _ in _dead(steps)]
     assert codes == ["sequence_gap"] + ["run_ended"] * (len(records) - k - 3)  # the end record is no news
-    assert steps[k].run_ended and steps[k].journal_append is None  # the gap record is not accepted input
+    # the gap record is not accepted input; the decision is journaled (issue 24: a later owner finds it)
+    assert steps[k].run_ended and steps[k].journal_append is not None and steps[k].journal_append.seq == core.GAP_SEQ
 
 
 def test_a_bad_record_in_a_burst_does_not_restart_the_run_from_an_empty_journal_issue13() -> None:

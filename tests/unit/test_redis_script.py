@@ -73,10 +73,17 @@ def test_the_call_names_the_script_by_its_sha_and_puts_the_epoch_first() -> None
     script = ServerScript(redis=None, source=WRITE_OPS)  # type: ignore[arg-type]  # packing needs no connection
     assert script.sha == hashlib.sha1(WRITE_OPS.encode()).hexdigest()
     packed = script.pack(*write_call([Op("expire", ("k", 5))], "rw:v1:epoch", "e1"))
-    assert packed == hiredis.pack_command(("EVALSHA", script.sha, 2, "rw:v1:epoch", "k", "e1", "EXPIRE", 1, 5))
-    unchecked = script.pack(*write_call([Op("expire", ("k", 5))], "rw:v1:epoch", None))
-    assert unchecked == hiredis.pack_command(("EVALSHA", script.sha, 2, "rw:v1:epoch", "k", "", "EXPIRE", 1, 5))
+    assert packed == hiredis.pack_command(("EVALSHA", script.sha, 2, "rw:v1:epoch", "k", "e1", "", 0, 0, "EXPIRE", 1, 5))
+    unchecked = script.pack(*write_call([Op("expire", ("k", 5))], "rw:v1:epoch", None, witness=7))
+    assert unchecked == hiredis.pack_command(("EVALSHA", script.sha, 2, "rw:v1:epoch", "k", "", "", 0, 0, "EXPIRE", 1, 5))
     reads = ServerScript(redis=None, source=READ_HASHES)  # type: ignore[arg-type]
-    assert reads.pack(*read_call([("j:a", "e:a"), ("j:b", "e:b")], "ep", "e1")) == hiredis.pack_command(
-        ("EVALSHA", reads.sha, 5, "ep", "j:a", "e:a", "j:b", "e:b", "e1")
+    assert reads.pack(*read_call([("j:a", "e:a"), ("j:b", "e:b")], "ep", "e1", witness=7)) == hiredis.pack_command(
+        ("EVALSHA", reads.sha, 5, "ep", "j:a", "e:a", "j:b", "e:b", "e1", 7)
     )
+
+
+def test_fences_come_before_the_ops_issue24() -> None:
+    """Each fence is (journal, ended marker) in KEYS and (expected, new head) in ARGV, before the ops."""
+    script = ServerScript(redis=None, source=WRITE_OPS)  # type: ignore[arg-type]
+    packed = script.pack(*write_call([Op("expire", ("k", 5))], "ep", "e1", witness=9, fences=[("j:a", "e:a", "", "1.t")], journal_ttl_s=60))
+    assert packed == hiredis.pack_command(("EVALSHA", script.sha, 4, "ep", "j:a", "e:a", "k", "e1", 9, 1, 60, "", "1.t", "EXPIRE", 1, 5))

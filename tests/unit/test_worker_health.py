@@ -31,7 +31,7 @@ def _worker(timeout_s: float) -> tuple[NormalizerWorker, list[Any]]:
     worker._launch = launched.append  # type: ignore[method-assign]  # the flight's I/O is not under test
     run = RunEnvelope("openai-responses", "idle-run", "thread")
     item = worker.normalizer.route(RawRecord(b"idle-run", FIRST, tuple(run.headers(0)), 0, 0))
-    worker.normalizer.accept(item, now=time.monotonic() - 60)  # held, silent for a minute
+    worker.normalizer.accept(item, now=-60.0)  # held, silent for a minute of stream time (issue 24: the clock starts at 0)
     return worker, launched
 
 
@@ -104,7 +104,7 @@ async def _expiry_that_failed() -> tuple[NormalizerWorker, Any]:
     store = ArtefactStore(Redis.from_url("redis://127.0.0.1:1/0"), artefact_ttl_s=60, journal_ttl_s=60)
     worker = NormalizerWorker(WorkerSettings(inactivity_timeout_s=0.2), None, store, telemetry)  # type: ignore[arg-type]
     run = RunEnvelope("openai-responses", "idle-run", "thread")
-    worker.normalizer.accept(worker.normalizer.route(RawRecord(b"idle-run", FIRST, tuple(run.headers(0)), 0, 0)), now=time.monotonic() - 60)
+    worker.normalizer.accept(worker.normalizer.route(RawRecord(b"idle-run", FIRST, tuple(run.headers(0)), 0, 0)), now=-60.0)  # a minute of stream time ago
     worker._healthy_since = time.monotonic() - 100
 
     async def store_down(steps: Any) -> int:
@@ -151,6 +151,7 @@ async def test_a_record_of_the_run_or_a_revocation_drops_the_expiry_to_send_agai
 
     worker.store.load_journals = journal_unread  # type: ignore[method-assign]
     worker._retry_at = 0.0
+    worker._probe_store = False  # Redis takes writes again (issue 24: a poll is stepped only then)
     run = RunEnvelope("openai-responses", "idle-run", "thread")
     await worker.handle([RawRecord(b"idle-run", b'{"type":"response.in_progress"}', tuple(run.headers(1)), 0, 1)])
     assert worker._unsent_expiries == {}  # the ingress was alive: the run goes on from its journal

@@ -67,6 +67,9 @@ class _Store:
     def journal_intact(self, journal: Any, ended: Any, seq: int) -> bool:
         return True
 
+    def loss_window(self) -> bool:
+        return False
+
 
 def _records(run_id: str, partition: int, first_offset: int) -> list[RawRecord]:
     run = RunEnvelope("openai-responses", run_id, f"thread-{run_id}")

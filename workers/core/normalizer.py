@@ -66,14 +66,26 @@ from reasonwire.workers.core import events as ev
 from reasonwire.workers.core.audience import AudienceFilter
 from reasonwire.workers.core.delivery import DeadLetterCode, OutputLimits, dead_letter_headers, fit_dead_letter, record_size
 from reasonwire.workers.core.discipline import METADATA_KEY
+from reasonwire.workers.core.fence import SilenceClock, next_head
 from reasonwire.workers.core.translator import ErrorCode, RunEnd, Translation, Translator, TranslatorWarning
 from reasonwire.workers.core.wire import event_json, record_json
 from reasonwire.workers.translators import implemented, translator_for
 
 
 _ENDED_MEMORY = 10_000
+_DIGESTS_KEPT = 8
+_DIGEST_BYTES = 4
+"""Per ended run, 4-byte digests of its last 8 accepted records, in its ended marker (64 hex
+characters): a producer's retry of a record lands soon after it, so mostly among its run's last
+ones. An older copy is dead-lettered ``run_ended`` as before, its bytes kept."""
 EXPIRED_SEQ = -1
 """The journal field under which an inactivity timeout is recorded (its value: the timeout, in seconds)."""
+HEAD_SEQ = -3
+"""The journal field holding the run's head (``workers/core/fence.py``): who wrote for it last."""
+GAP_SEQ = -2
+"""The journal field under which a ``sequence_gap`` end is recorded (``partition:offset:reason`` of
+the record that showed the gap): judged against the journal as it was, so every later owner must
+find the decision rather than judge again against a journal another worker went on writing."""
 """How many ended runs a worker remembers locally; older ones are found in the store."""
 
 
@@ -146,8 +158,14 @@ class Step:
     ended_at: tuple[int, int] | None = None
     """When ``run_ended``: (partition, offset) of the run's last raw record, for the ended
     marker — a later record of the run is dead-lettered, a redelivered one is not."""
+    ended_marker: bytes = b""
+    """When ``run_ended``: the ended marker to store (:meth:`Ended.marker`)."""
     error: str | None = None
     """The exception type that failed the run (``internal_error``), for a content-free log line."""
+    fence: tuple[str, str] | None = None
+    """(head expected, head written) of the run's journal: set on every Step that writes for its
+    run (a journal entry, a run's end). The store applies the poll only if the run's head is still
+    the expected one (``workers/core/fence.py``): a stale copy of the run writes and sends nothing."""
     reasoning: list[tuple[str, str | None]] = field(default_factory=list)
     """P8: the readable reasoning of this step's events, in order, before audience filtering —
     (message id, delta), or (message id, ``None``) where a message ends. The adapter registers
@@ -171,10 +189,23 @@ class Ended(NamedTuple):
 
     partition: int = -1
     offset: int = -1
+    digests: str = ""
+    """Short digests (hex) of the run's last accepted records (``_DIGESTS_KEPT`` at most): a copy
+    of one of them arriving after the end is a duplicate, not a late record (issue 24). Kept in
+    the ended marker, so the judgement is the same whoever makes it."""
+    accepted: int = 0
+    """How many records the run accepted (the ``rw-seq`` after its last one)."""
+
+    def duplicate(self, seq: int, digest: bytes) -> bool:
+        """Whether ``digest`` is the one accepted under ``seq`` (known for the last few only)."""
+        width = 2 * _DIGEST_BYTES
+        index = seq - (self.accepted - len(self.digests) // width)
+        return 0 <= index and seq < self.accepted and self.digests[width * index : width * (index + 1)] == digest[:_DIGEST_BYTES].hex()
 
     def marker(self) -> bytes:
-        """The ended marker's value in the store."""
-        return f"{self.partition}:{self.offset}".encode()
+        """The ended marker's value in the store: ``partition:offset[:accepted:digests]``."""
+        tail = f":{self.accepted}:{self.digests}" if self.digests else ""
+        return f"{self.partition}:{self.offset}{tail}".encode()
 
     @classmethod
     def parse(cls, marker: bytes | str | bool | None) -> Ended | None:
@@ -183,9 +214,11 @@ class Ended(NamedTuple):
         if not marker:
             return None
         text = marker.decode("ascii", "replace") if isinstance(marker, bytes) else str(marker)
-        partition, _, offset = text.partition(":")
+        partition, _, rest = text.partition(":")
+        offset, _, rest = rest.partition(":")
+        accepted, _, digests = rest.partition(":")
         try:
-            return cls(int(partition), int(offset))
+            return cls(int(partition), int(offset), digests, int(accepted) if accepted else 0)
         except ValueError:
             return cls()
 
@@ -219,6 +252,8 @@ class _RunState:
     """Re-feeding the journal raised (exception type): the run fails ``internal_error`` on its next record."""
     expired: str | None = None
     """The journal says the run timed out (after its last entry): the timeout, as journaled."""
+    gap: tuple[int, int, str] | None = None
+    """The journal says the run ended ``sequence_gap`` (after its last entry): where, and why."""
     ahead: dict[int, JournalEntry] = field(default_factory=dict)
     """Journal entries past the state (accepted by an attempt whose offsets were not committed):
     a record that comes again is checked against them (:meth:`Normalizer.accept`)."""
@@ -251,6 +286,15 @@ class Normalizer:
         self._replay: dict[int, int] = {}
         """Partition → the highest offset that may have been published already: stepped before a
         rewind, or in the log when this worker first fetched the partition (``replay_until``)."""
+        self.clock = SilenceClock()
+        """Stream time per partition: what silence is measured in (the adapter feeds it)."""
+        self.token = "w"
+        """This worker's name in the journal heads it writes (the adapter sets a random one)."""
+        self._doubtful: set[RunKey] = set()
+        """Runs restored while the store may have lost entries (its loss window): a gap there may be
+        the store's, not the input's, so it is refused (``store_lost``), never decided (issue 24)."""
+        self._heads: dict[RunKey, str] = {}
+        """Run → its journal head as this worker last read or wrote it (the fence, ``Step.fence``)."""
 
     # -- routing --------------------------------------------------------------------
 
@@ -284,6 +328,11 @@ class Normalizer:
     def knows(self, partition: int) -> bool:
         return partition in self._replay
 
+    def stepped_to(self, partition: int) -> int:
+        """The offset after the last record of ``partition`` stepped here (-1: none)."""
+        last = self._stepped.get(partition)
+        return -1 if last is None else last + 1
+
     def replaying(self, partition: int) -> bool:
         """Records of this partition that may have been published are being stepped again: no
         timeout is judged there until they are past (a timeout between two of them would number
@@ -301,7 +350,7 @@ class Normalizer:
         worker holds is never behind another owner."""
         return item.run not in self._ended and item.run not in self._runs
 
-    def restore(self, item: RunInput, journal: Iterable[JournalEntry], *, ended: bytes | str | bool | None) -> None:
+    def restore(self, item: RunInput, journal: Iterable[JournalEntry], *, ended: bytes | str | bool | None, head: str = "", doubtful: bool = False) -> None:
         """Rebuild the run from its journal, or mark it ended.
 
         The journal is the run's accepted input, ``0, 1, 2 …`` (only a contiguous prefix counts).
@@ -312,20 +361,35 @@ class Normalizer:
         not committed, and :meth:`accept` checks the records that come again against them —
         a record that differs from the entry for its ``rw-seq`` is a conflict, not new input.
         A run with no accepted input is not created here: a data record starts it in
-        :meth:`accept`, a control record for it is dead-lettered (``unknown_run``)."""
+        :meth:`accept`, a control record for it is dead-lettered (``unknown_run``). ``head`` is
+        the journal's head as read: this worker's next write for the run expects it.
+        ``doubtful``: the store may have lost entries of this journal (a loss window): the run
+        goes on only with contiguous input — a gap or an expiry would be judged against what
+        the store lost, so the run's record is refused instead (``store_lost``)."""
         where = Ended.parse(ended)
         self._runs.pop(item.run, None)
+        self._heads.pop(item.run, None)
+        self._doubtful.discard(item.run)
         if where is not None:
             self._mark_ended(item.run, where)
             return
         entries = {entry.seq: entry for entry in journal}
+        stored = entries.pop(HEAD_SEQ, None)
+        self._heads[item.run] = stored.value.decode("ascii", "replace") if stored is not None else head
+        if doubtful:  # even with no entry 0: its rw-seq 0 may be a copy of a record the store lost
+            self._doubtful.add(item.run)
         expired = entries.pop(EXPIRED_SEQ, None)
+        gap = entries.pop(GAP_SEQ, None)
         if 0 not in entries:
             return
         state = self._new_state(item)
         self._runs[item.run] = state
         if expired is not None:
             state.expired = expired.value.decode("ascii", "replace")
+        if gap is not None:
+            partition, _, rest = gap.value.decode("utf-8", "replace").partition(":")
+            offset, _, reason = rest.partition(":")
+            state.gap = (int(partition), int(offset), reason)
         self._catch_up(state, entries, upto=item.envelope.seq)
         end = state.next_seq
         while end in entries:
@@ -348,8 +412,30 @@ class Normalizer:
     # -- processing -----------------------------------------------------------------
 
     def accept(self, item: RunInput, *, now: float | None = None) -> Step:
-        """Judge and translate one raw record of a run; the adapter stores, publishes, then commits."""
-        now = time.monotonic() if now is None else now
+        """Judge and translate one raw record of a run; the adapter stores, publishes, then commits.
+
+        ``now``: one clock for every partition (tests, the simulation); by default silence is
+        measured on the record's partition's stream time (:attr:`clock`)."""
+        step = self._accept(item, now)
+        self._fence(item.run, step)
+        if item.run not in self._runs:  # ended, refused, or never started: nothing of it is held
+            self._heads.pop(item.run, None)
+        return step
+
+    def _fence(self, run: RunKey, step: Step) -> None:
+        """Give a Step that writes for its run the head it expects and the head it writes."""
+        if step.journal_append is None and not step.run_ended:
+            return
+        before = self._heads.get(run, "")
+        after = next_head(before, self.token)
+        step.fence = (before, after)
+        if step.run_ended:
+            self._heads.pop(run, None)
+        else:
+            self._heads[run] = after
+
+    def _accept(self, item: RunInput, now: float | None) -> Step:
+        wall = time.monotonic() if now is None else now
         key, env, record = item.run, item.envelope, item.record
         ended = self._ended.get(key)
         if ended is not None:
@@ -371,21 +457,27 @@ class Normalizer:
             redone = False
         if state.expired is not None and not state.ahead and not redone and env.seq >= state.next_seq:
             return self._after_expiry(item, state)
+        if state.gap is not None and not state.ahead and not redone and env.seq >= state.next_seq:
+            return self._after_gap(item, state)
         if env.seq < state.next_seq:
             return self._duplicate(item, state)
         step = Step(run=key, thread_id=state.envelope.thread_id)
-        state.last_seen = now
+        state.last_seen = self.clock.seen(state.partition) if now is None else now
         state.last_offset = record.offset
+        if env.seq > state.next_seq and key in self._doubtful:
+            self.forget_runs([key])  # each later record is judged against the store again
+            return self._refuse(item, DeadLetterCode.STORE_LOST, "the run's journal vanished with the store")
         if env.seq > state.next_seq:
             missing = f"rw-seq jumped from {state.next_seq} to {env.seq}: a record of the run is missing"
             self._fail(state, step, item, DeadLetterCode.SEQUENCE_GAP, missing)
+            step.journal_append = JournalEntry(GAP_SEQ, f"{record.partition}:{record.offset}:{missing}".encode())
             return step
         if state.broken is not None:
             self._fail(state, step, item, DeadLetterCode.INTERNAL_ERROR, f"the run could not be restored ({state.broken})")
             return step
         marks = (state.event_seq, state.public_seq)
         try:
-            self._translate(state, item, step, now)
+            self._translate(state, item, step, wall)
             if state.expired is not None and not state.ahead and not step.run_ended:  # redone up to the timeout
                 self._expire_run(state, step, state.expired)
         except Exception as exc:  # this record's outputs cannot be made or cannot be published
@@ -412,6 +504,31 @@ class Normalizer:
         step.dead_letter = late.dead_letter
         return step
 
+    def _after_gap(self, item: RunInput, state: _RunState) -> Step:
+        """A record of a run whose ``sequence_gap`` end is journaled: end the run as it was ended
+        (the same events, numbers included); the record that showed the gap is judged as it was
+        then, any other as a record after the end."""
+        assert state.gap is not None
+        step = Step(run=item.run, thread_id=state.envelope.thread_id)
+        partition, offset, _ = state.gap
+        record = item.record
+        if (record.partition, record.offset) == (partition, offset):
+            self._end_by_gap(state, step, item)
+            return step
+        self._end_by_gap(state, step, None)
+        late = self._after_end(item, Ended(partition, offset))
+        step.outbound += late.outbound
+        step.dead_letter = late.dead_letter
+        return step
+
+    def _end_by_gap(self, state: _RunState, step: Step, item: RunInput | None) -> None:
+        """End the run ``sequence_gap`` as journaled (the decision rewritten: idempotent)."""
+        assert state.gap is not None
+        partition, offset, reason = state.gap
+        step.journal_append = JournalEntry(GAP_SEQ, f"{partition}:{offset}:{reason}".encode())
+        state.partition, state.last_offset = partition, offset
+        self._fail(state, step, item, DeadLetterCode.SEQUENCE_GAP, reason)
+
     def _translate(self, state: _RunState, item: RunInput, step: Step, now: float) -> None:
         env, record = item.envelope, item.record
         if env.control is not None:
@@ -432,16 +549,20 @@ class Normalizer:
         the poll, before the ``RUN_ERROR`` is sent): a timeout depends on the clock, not on the
         log, so a worker that restores the run after a crash must find it, not decide again —
         a late record would otherwise be translated into the number the ``RUN_ERROR`` took."""
-        now = time.monotonic() if now is None else now
         steps = []
         for key, state in list(self._runs.items()):
-            if state.ahead or self.replaying(state.partition):  # its input is being redone, not idle
+            if state.ahead or self.replaying(state.partition) or key in self._doubtful:  # being redone, or its journal is in doubt
                 continue
-            if now - state.last_seen >= timeout_s:
+            current = self.clock.at(state.partition) if now is None else now
+            if current - state.last_seen >= timeout_s:
                 step = Step(run=key, thread_id=state.envelope.thread_id)
-                timeout = f"{timeout_s:g}"
-                step.journal_append = JournalEntry(EXPIRED_SEQ, timeout.encode())
-                self._expire_run(state, step, timeout)
+                if state.gap is not None:  # another owner ended it: end it as it did, never twice
+                    self._end_by_gap(state, step, None)
+                else:
+                    timeout = state.expired or f"{timeout_s:g}"
+                    step.journal_append = JournalEntry(EXPIRED_SEQ, timeout.encode())
+                    self._expire_run(state, step, timeout)
+                self._fence(key, step)
                 steps.append(step)
         return steps
 
@@ -467,11 +588,28 @@ class Normalizer:
         if revoked:  # another owner may publish there meanwhile: judge the log end again on return
             for partition in gone:
                 self._replay.pop(partition, None)
+            self.clock.forget(gone)
         dropped = [k for k, s in self._runs.items() if s.partition in gone]
-        for key in dropped:
-            del self._runs[key]
+        self.forget_runs(dropped)
         self._ended.clear()
         return len(dropped)
+
+    def forget_all(self) -> int:
+        """Drop every run held (the worker was stalled long enough to have lost its partitions
+        without being told): each is restored from its journal, as it is now, on its next record."""
+        held = list(self._runs)
+        self.forget_runs(held)
+        self._heads.clear()
+        self._ended.clear()
+        return len(held)
+
+    def forget_runs(self, runs: Iterable[RunKey]) -> None:
+        """Drop these runs' copies (the store refused a write for them: another worker wrote
+        since — their next record restores them from the journal as it is now)."""
+        for key in runs:
+            self._runs.pop(key, None)
+            self._heads.pop(key, None)
+            self._doubtful.discard(key)
 
     @property
     def open_runs(self) -> int:
@@ -488,6 +626,8 @@ class Normalizer:
             return Step(run=item.run, skipped="run already ended")
         if ended.offset < 0 or (record.partition == ended.partition and record.offset <= ended.offset):
             return Step(run=item.run, skipped="run already ended (redelivered record)")
+        if ended.digests and ended.duplicate(item.envelope.seq, _digest(record.value, item.envelope.sse_event)):
+            return Step(run=item.run, skipped=f"duplicate record rw-seq {item.envelope.seq} (the run has ended)")
         return self._refuse(item, DeadLetterCode.RUN_ENDED, "record after the end of its run")
 
     def _duplicate(self, item: RunInput, state: _RunState) -> Step:
@@ -557,7 +697,7 @@ class Normalizer:
             trusted=AudienceFilter(policy.rule(Audience.TRUSTED)),
             public=AudienceFilter(policy.rule(Audience.PUBLIC)),
             base_headers=base,
-            last_seen=time.monotonic(),
+            last_seen=self.clock.seen(item.record.partition),
             last_offset=item.record.offset,
             room=(self.limits.limit(topics.EVENTS) - overhead, self.limits.limit(topics.EVENTS_PUBLIC) - overhead),
         )
@@ -634,9 +774,12 @@ class Normalizer:
                 if self.limits.fits(topics.USAGE, env.run_id.encode(), blob, headers):
                     step.outbound.append(Outbound(topics.USAGE, env.run_id.encode(), blob, list(headers)))
         step.run_ended = True
-        where = Ended(state.partition, state.last_offset)
+        kept = "".join(d[:_DIGEST_BYTES].hex() for d in state.digests[-_DIGESTS_KEPT:])
+        where = Ended(state.partition, state.last_offset, kept, len(state.digests))
         step.ended_at = (where.partition, where.offset)
+        step.ended_marker = where.marker()
         self._runs.pop(RunKey(env.tenant, env.run_id), None)
+        self._doubtful.discard(RunKey(env.tenant, env.run_id))
         self._mark_ended(RunKey(env.tenant, env.run_id), where)
 
     def _dead_letter(self, record: RawRecord, reason: str, code: DeadLetterCode) -> Outbound:
