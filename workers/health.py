@@ -291,23 +291,45 @@ async def wait_for_topics(ensure: Callable[[], Awaitable[T]], health: HealthServ
     one line when they are there. ``RW_CREATE_TOPICS=true`` creates them on the first call."""
     from reasonwire.workers.topics_admin import TopicsMissing
 
-    waited = False
-    while True:
+    result: list[T] = []
+
+    async def missing() -> tuple[str, dict[str, Any]] | None:
         try:
-            result = await ensure()
+            result.append(await ensure())
         except TopicsMissing as exc:
-            if health is not None:
-                health.waiting = {"topics_missing": exc.names}
-            if not waited:
-                log.warning("not ready: %s; waiting for them (checked every %gs)", exc, interval_s)
-                waited = True
-            await asyncio.sleep(interval_s)
-            continue
+            return f"{exc}; waiting for them", {"topics_missing": exc.names}
+        return None
+
+    await wait_until_allowed(missing, health, interval_s=interval_s, resumed="the topics are there: starting")
+    return result[-1]
+
+
+async def wait_until_allowed(
+    obstacle: Callable[[], Awaitable[tuple[str, dict[str, Any]] | None]],
+    health: HealthServer | None = None,
+    *,
+    interval_s: float = 5.0,
+    resumed: str = "starting",
+) -> None:
+    """Start-up waits, not exits, while ``obstacle()`` names something in the way (missing
+    topics, an evicting Redis): an exiting worker crash-loops under a Deployment or
+    ``restart: unless-stopped``, while a waiting one stays not ready — ``/readyz`` 503 with the
+    obstacle's body — and starts by itself once the operator fixes it. ``obstacle()`` answers
+    ``(one log line, /readyz body)`` or ``None``; it is asked again every ``interval_s``. One
+    warning line when the wait starts, one when it ends (issue 23 item 2, issue 24 item 5)."""
+    waited = False
+    while (found := await obstacle()) is not None:
+        line, body = found
         if health is not None:
-            health.waiting = None
-        if waited:
-            log.info("the topics are there: starting")
-        return result
+            health.waiting = body
+        if not waited:
+            log.warning("not ready: %s (checked every %gs)", line, interval_s)
+            waited = True
+        await asyncio.sleep(interval_s)
+    if health is not None:
+        health.waiting = None
+    if waited:
+        log.info("%s", resumed)
 
 
 # -- metrics -----------------------------------------------------------------------------------

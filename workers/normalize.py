@@ -43,7 +43,7 @@ from reasonwire.workers.core.backoff import Backoff, Degradation, Report
 from reasonwire.workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
 from reasonwire.workers.core.fence import stalled, witnessed
 from reasonwire.workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step
-from reasonwire.workers.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle, wait_for_topics
+from reasonwire.workers.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle, wait_for_topics, wait_until_allowed
 from reasonwire.workers.kafka_security import broker_security, client_kwargs, servers
 from reasonwire.workers.partitions import partition_of
 from reasonwire.workers.redis_connect import connect, redis_wait
@@ -822,6 +822,13 @@ async def refuse_evicting_store(store: ArtefactStore, settings: WorkerSettings) 
     )
 
 
+async def evicting_store(store: ArtefactStore, settings: WorkerSettings) -> tuple[str, dict[str, str]] | None:
+    """:func:`refuse_evicting_store` as a start-up obstacle: the worker waits not ready until
+    the policy changes (``CONFIG SET maxmemory-policy noeviction`` needs no restart)."""
+    refusal = await refuse_evicting_store(store, settings)
+    return None if refusal is None else (refusal, {"store_refused": refusal})
+
+
 def expiry_interval(settings: WorkerSettings) -> float:
     """Seconds between expiry ticks: a quarter of the inactivity timeout, between 0.05 and 5."""
     return max(0.05, min(settings.inactivity_timeout_s / 4, 5.0))
@@ -917,9 +924,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
             expiry["health"] = HealthServer(lambda: readiness(worker), port=settings.health_port, metrics=traces.telemetry.scrape)
             await expiry["health"].start()
         await wait_for_topics(lambda: ensure_topics(settings), expiry.get("health"))  # missing: not ready, wait
-        refusal = await refuse_evicting_store(store, settings)
-        if refusal is not None:  # one line, no traceback (``run``); the process never becomes ready
-            raise StoreRefused(refusal)
+        await wait_until_allowed(lambda: evicting_store(store, settings), expiry.get("health"), resumed="Redis no longer evicts: starting")
         committed, counts = await committed_witness(settings)
         await store.claim_epoch(lost=committed, witnessed=counts)
         await warn_unless_durable(store)
@@ -1014,30 +1019,8 @@ def run(settings: WorkerSettings | None = None) -> None:
     install_log_throttle()  # aiokafka logs every failed connection attempt (issue 13, finding 4)
     app, _ = create_app(settings)
     app.after_startup(tune_gc)  # the process's own: not in create_app, which tests run inside pytest
-    try:
-        with topics_admin.start_failures(log):
-            asyncio.run(app.run())
-    except BaseException as exc:
-        refused = _refusal(exc)
-        if refused is None:
-            raise
-        log.error("%s", refused)
-        raise SystemExit(2) from None
-
-
-class StoreRefused(Exception):
-    """The store must not be used as it is (an evicting ``maxmemory-policy``): one line, exit 2."""
-
-
-def _refusal(exc: BaseException) -> StoreRefused | None:
-    """The :class:`StoreRefused` in ``exc``, however the app's task groups wrapped it."""
-    if isinstance(exc, StoreRefused):
-        return exc
-    for inner in getattr(exc, "exceptions", ()):
-        found = _refusal(inner)
-        if found is not None:
-            return found
-    return _refusal(exc.__cause__) if exc.__cause__ is not None else None
+    with topics_admin.start_failures(log):
+        asyncio.run(app.run())
 
 
 GC_GEN0_THRESHOLD = 2_000

@@ -17,13 +17,15 @@ the invariant every consumer relies on: no two different events under one (run,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from redis.asyncio import Redis
@@ -38,6 +40,7 @@ from reasonwire.workers.store import EPOCH_KEY, ArtefactStore, StoreLost
 from reasonwire.workers.telemetry import setup_telemetry
 from tests.conformance.oracle import LOCAL_FIXTURES, translate_file
 from tests.integration.conftest import Collector, fresh_store_epoch, send
+from tests.integration.gateway_support import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -312,23 +315,42 @@ async def test_the_write_count_is_checked_by_every_read_and_write_issue24_item4(
 
 async def test_an_evicting_redis_is_refused_at_start_unless_said_dedicated_issue24_item5(spawn_worker: Any, redis: Redis) -> None:
     """``maxmemory-policy volatile-lru`` (a managed-Redis default) evicts journals and artefacts,
-    which all carry TTLs: the worker refuses to run (one line, exit 2, never ready) unless the
-    operator says the store is dedicated and sized (``RW_REDIS_DEDICATED=true``). Main started."""
+    which all carry TTLs: the worker refuses to run — it waits not ready (``/readyz`` 503 naming
+    the policy, one log line; an exit would crash-loop under a Deployment) and starts by itself
+    once the policy is ``noeviction`` — unless the operator says the store is dedicated and
+    sized (``RW_REDIS_DEDICATED=true``). Main started and took partitions at once."""
     before = (await redis.config_get("maxmemory-policy"))["maxmemory-policy"]
     await redis.config_set("maxmemory-policy", "volatile-lru")
+    health = free_port()
     try:
-        refused = spawn_worker({"RW_HEALTH_PORT": "0"})
-        deadline = time.monotonic() + 60
-        while refused.proc.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-        assert refused.proc.returncode == 2, refused.log.read_text(errors="replace")[-2000:]
-        text = refused.log.read_text(errors="replace")
-        assert "maxmemory-policy is volatile-lru" in text and "Traceback" not in text
-        assert len([line for line in text.splitlines() if "maxmemory-policy" in line]) == 1
         dedicated = spawn_worker({"RW_HEALTH_PORT": "0", "RW_REDIS_DEDICATED": "true"})
         dedicated.wait_assigned()
+        dedicated.stop()
+        refused = spawn_worker({"RW_HEALTH_PORT": str(health)})
+        body = await _readyz_until(health, lambda b: "store_refused" in b)
+        assert "maxmemory-policy is volatile-lru" in body["store_refused"] and body["ready"] is False
+        await asyncio.sleep(2)
+        assert refused.proc.poll() is None, refused.log.read_text(errors="replace")[-2000:]
+        text = refused.log.read_text(errors="replace")
+        assert "assigned to partitions" not in text and "Traceback" not in text
+        assert len([line for line in text.splitlines() if "maxmemory-policy" in line]) == 1
+        await redis.config_set("maxmemory-policy", "noeviction")
+        refused.wait_assigned(timeout=60)
     finally:
         await redis.config_set("maxmemory-policy", before)
+
+
+async def _readyz_until(port: int, done: Callable[[dict[str, Any]], bool], timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    body: dict[str, Any] = {}
+    async with httpx.AsyncClient() as client:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                body = (await client.get(f"http://127.0.0.1:{port}/readyz", timeout=2)).json()
+                if done(body):
+                    return body
+            await asyncio.sleep(0.3)
+    raise AssertionError(f"/readyz never said so: {body}")
 
 
 async def test_a_redis_out_of_memory_repeats_a_polls_outputs_a_bounded_number_of_times_issue24(
