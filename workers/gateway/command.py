@@ -19,7 +19,8 @@ def run(args: argparse.Namespace) -> int:
     if args.hash_key:
         print(hash_key(args.hash_key))
         return 0
-    from reasonwire.workers.gateway.app import GatewaySettings, serve
+    from reasonwire.workers.gateway.app import serve
+    from reasonwire.workers.gateway.settings import GatewaySettings
 
     settings = GatewaySettings.from_env()  # a bad RW_GATEWAY_* value is the one line to say, before anything else
     try:
