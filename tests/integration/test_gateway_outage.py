@@ -1,4 +1,4 @@
-"""The gateway while Kafka is away (issue 26 item 6, issue 24 item 6): a bounded wait then 503 with
+"""The gateway while Kafka (then Redis) is away (issue 26 item 6, issue 24 item 6): a bounded wait then 503 with
 ``Retry-After``, ``/readyz`` false, a few log lines — and serving again when the broker is back.
 
 A private real broker and Redis (``deploy/services.sh`` on spare ports and a state dir of this
@@ -88,5 +88,11 @@ def test_issue26_item6_ingest_during_a_broker_outage_is_a_503_within_the_bound_a
         time.sleep(max(0.0, 20 - (time.monotonic() - stopped)))  # a 20 s outage, as issue 24 measured
         logged = gw.log.stat().st_size - log_before
         assert logged < 10_240, f"{logged} bytes of log in a 20 s broker outage"
+        print(gw.log.read_text(errors="replace")[-3000:])  # what an operator sees (pytest -s)
+        private_services.redis_stop("save")
+        deadline = time.monotonic() + 15
+        while (readyz := httpx.get(gw.url + "/readyz", timeout=10)).json()["redis"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert readyz.status_code == 503 and readyz.json()["redis"] is False
     finally:
         gw.stop()
