@@ -415,8 +415,8 @@ async def run_events(request: Request) -> Response:
             run = await reader.find(principal.tenant, run_id, gw.settings.first_event_timeout_s)
         except LookupError:
             run = None
-        except (KafkaError, OSError, TimeoutError):
-            return _unavailable("the event topics cannot be read now (the broker is unreachable)")
+        except (KafkaError, OSError, TimeoutError):  # not "no such run": the partition could not be read in time
+            return _unavailable("the run's partition could not be read in time (the broker is unreachable or slow); nothing is known about the run")
         if run is None or run.thread_id != thread_id:
             return _error(404, "no such run in this thread")
         return EventStreamResponse(gw.stream(run, _resume_after(request)), gw, lease)

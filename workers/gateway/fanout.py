@@ -213,8 +213,8 @@ class PartitionReader:
 
     async def _consume(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, group_id=None, enable_auto_commit=False, fetch_max_wait_ms=50, **client_kwargs())
-        await consumer.start()
         try:
+            await consumer.start()  # inside: a consumer that failed to start is stopped too (no "Unclosed")
             consumer.assign([self.tp])
             end = (await consumer.end_offsets([self.tp]))[self.tp]
             if self._next_offset is not None:
