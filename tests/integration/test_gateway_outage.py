@@ -8,6 +8,7 @@ touches nothing the other tests use. Only processes this test started are signal
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 import uuid
@@ -18,7 +19,9 @@ import httpx
 import pytest
 
 from chaos.services import Services
+from reasonwire.contracts.topic_plan import plan
 from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.topics_admin import apply
 from tests.integration.gateway_support import GatewayProcess, auth
 
 pytestmark = pytest.mark.integration
@@ -62,6 +65,7 @@ def private_services(tmp_path: Path) -> Any:
 
 def test_issue26_item6_ingest_during_a_broker_outage_is_a_503_within_the_bound_and_readyz_is_false(private_services: Services, tmp_path: Path) -> None:
     settings = WorkerSettings(kafka_bootstrap_servers=private_services.bootstrap, redis_url=private_services.redis_url, partitions=2)
+    asyncio.run(apply(private_services.bootstrap, plan(2, 1), create=True))
     gw = GatewayProcess(settings, tmp_path / "gateway.log", extra_env={"RW_CREATE_TOPICS": "true", "RW_GATEWAY_PUBLISH_TIMEOUT_S": str(PUBLISH_TIMEOUT_S)})
     try:
         ready = httpx.get(gw.url + "/readyz", timeout=10)
@@ -94,5 +98,23 @@ def test_issue26_item6_ingest_during_a_broker_outage_is_a_503_within_the_bound_a
         while (readyz := httpx.get(gw.url + "/readyz", timeout=10)).json()["redis"] and time.monotonic() < deadline:
             time.sleep(0.5)
         assert readyz.status_code == 503 and readyz.json()["redis"] is False
+
+        # services.sh waits for "Kafka Server started" in server.log, which still holds the first
+        # start's line: a restart may then see the new broker's port open before its pid check
+        # ("is not the one on …"). This test's own state dir: start the restarted broker's log afresh.
+        (private_services.state / "kafka" / "logs" / "server.log").unlink(missing_ok=True)
+        try:
+            private_services.up()  # both back: ready again within the probes' backoff cap, and serving
+        except Exception:
+            print(private_services.log.read_text(errors="replace")[-3000:])
+            raise
+        deadline = time.monotonic() + 60
+        while httpx.get(gw.url + "/readyz", timeout=10).status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert httpx.get(gw.url + "/readyz", timeout=10).json()["ready"] is True
+        headers = {**auth("acme-public"), "RW-Run-Id": f"after-{uuid.uuid4().hex[:8]}"}
+        answer = httpx.post(gw.url + "/v1/ingest/anthropic-messages", content=CAPTURE.read_bytes(), headers=headers, timeout=60)
+        assert answer.status_code == 200 and answer.json()["outcome"] == "end", answer.text
+        assert "recovered after" in gw.log.read_text(errors="replace")
     finally:
         gw.stop()

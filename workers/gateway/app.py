@@ -222,7 +222,8 @@ class Gateway:
         if not await self.budget.acquire(len(piece), stall):
             self._dropped("no write budget")
         try:
-            await asyncio.wait_for(send({"type": "http.response.body", "body": piece, "more_body": True}), stall)
+            async with asyncio.timeout(stall):  # no task per write (wait_for would make one)
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
         except TimeoutError:
             self._dropped("not reading")
         finally:
