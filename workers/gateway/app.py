@@ -77,6 +77,8 @@ PROBE_EVERY_S = 2.0
 PROBE_TIMEOUT_S = 2.0
 RETRY_AFTER_S = 5
 """``Retry-After`` of a 503: the probes' backoff cap, the longest a recovery goes unnoticed."""
+TRIM_AFTER_S = 2.0
+"""Readers that left are followed by one heap trim this much later (one for a whole wave)."""
 DRAIN_S = 5.0
 """A refused ingest body is still read (and discarded) this long, so a client that sends its whole
 body before reading the answer gets the answer rather than a reset connection."""
@@ -125,7 +127,48 @@ class Lease:
     def release(self) -> None:
         if self._gateway is not None:
             self._gateway.clients -= 1
+            self._gateway.readers_left()
             self._gateway = None
+
+
+def _libc() -> Any:
+    import ctypes
+    import ctypes.util
+
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+def _heap_trimmer() -> Callable[[], object] | None:
+    """glibc's ``malloc_trim``, or None elsewhere. The pieces written to readers are freed as soon
+    as they are sent, but glibc keeps freed heap pages (fragmented among live objects) in the
+    process: trimming after readers leave gives them back to the system (issue 26 item 2)."""
+    import ctypes
+
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is None:
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    return lambda: trim(0)
+
+
+M_MMAP_THRESHOLD = -3
+
+
+def tune_heap(chunk_bytes: int) -> None:
+    """Allocations of half a reader's piece and more get their own mapping (glibc ``mallopt``):
+    the pieces (and uvicorn's chunked copy of each) churn through at the readers' pace, and from
+    the heap they would leave it fragmented and grown — mapped, each is returned when freed. A
+    fixed threshold also stops glibc raising it after the first large free (its default), which
+    is what kept 1.26 GB after readers of a 10 MB run left (issue 26 item 2). No-op off glibc."""
+    import ctypes
+
+    mallopt = getattr(_libc(), "mallopt", None)
+    if mallopt is not None:
+        mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        mallopt(M_MMAP_THRESHOLD, max(16 * 1024, chunk_bytes // 2))
 
 
 class EventStreamResponse(StreamingResponse):
@@ -187,6 +230,21 @@ class Gateway:
         """The largest raw record the topic and the producer take (read at start-up)."""
         self._watch: asyncio.Task[None] | None = None
         self._last_drop_log = 0.0
+        self._trim = _heap_trimmer()
+        self._trim_pending = False
+
+    def readers_left(self) -> None:
+        """Give the memory of departed readers back, once per :data:`TRIM_AFTER_S` at most."""
+        if self._trim is None or self._trim_pending:
+            return
+        self._trim_pending = True
+
+        def trim() -> None:
+            self._trim_pending = False
+            if self._trim is not None:
+                self._trim()
+
+        asyncio.get_running_loop().call_later(TRIM_AFTER_S, trim)
 
     async def start(self) -> None:
         """Clients are made here: aiokafka binds its objects to the running loop."""
@@ -228,6 +286,10 @@ class Gateway:
             self._dropped("not reading")
         finally:
             self.budget.release(len(piece))
+        # uvicorn's send returns at once, without a pause, to a reader that has gone: this is where
+        # its departure (cancellation) arrives — else the loop would cut the whole rest of the run
+        # into pieces for nobody. It also lets a fast reader's burst share the loop with the others.
+        await asyncio.sleep(0)
 
     def _dropped(self, why: str) -> None:
         self.dropped += 1
@@ -411,9 +473,10 @@ async def run_events(request: Request) -> Response:
         return bad
 
     async def answer(lease: Lease) -> Response:
+        deadline = time.monotonic() + gw.settings.first_event_timeout_s  # "no such run" always at this moment (item 7)
         try:
             reader = await asyncio.wait_for(gw.fanout.reader(audience.topic, run_id), gw.settings.publish_timeout_s)
-            run = await reader.find(principal.tenant, run_id, gw.settings.first_event_timeout_s)
+            run = await reader.find(principal.tenant, run_id, max(0.0, deadline - time.monotonic()))
         except LookupError:
             run = None
         except (KafkaError, OSError, TimeoutError):  # not "no such run": the partition could not be read in time
@@ -625,6 +688,7 @@ def serve(host: str, port: int, *, settings: GatewaySettings | None = None, keys
     from reasonwire.workers.health import install_log_throttle
 
     settings = settings or GatewaySettings.from_env()
+    tune_heap(settings.client_chunk_bytes)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.WARNING)  # its per-connection chatter, not the gateway's state
     install_log_throttle()  # aiokafka logs every failed connection attempt during an outage (issue 24 item 6)
