@@ -233,9 +233,11 @@ async def test_issue26_item2_stalled_readers_of_a_large_finished_run_keep_rss_bo
     async with httpx.AsyncClient(timeout=120) as client:
         whole = await read_sse(client, _events_url(gw, thread_id, run_id), auth("acme-internal"))
     assert whole.ids == list(range(len(events)))  # the run is held by the reader: the baseline includes it
+    missing_run = f"not-yet-{uuid.uuid4().hex[:8]}"
+    async with httpx.AsyncClient(timeout=60) as client:  # its partition's reader loads its window now, not in the measurement
+        assert (await client.get(_events_url(gw, thread_id, missing_run), headers=auth("acme-internal"))).status_code == 404
     await asyncio.sleep(1)
     base = _rss_mb(gw.proc.pid)
-    missing_run = f"not-yet-{uuid.uuid4().hex[:8]}"
     readers = [SlowSocket(gw, f"/v1/threads/{thread_id}/runs/{run_id}/events?audience=internal", auth("acme-internal")) for _ in range(STALLED)]
     waiting = SlowSocket(gw, f"/v1/threads/{thread_id}/runs/{missing_run}/events?audience=internal", auth("acme-internal"))
     try:

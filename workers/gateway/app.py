@@ -154,23 +154,6 @@ def _heap_trimmer() -> Callable[[], object] | None:
     return lambda: trim(0)
 
 
-M_MMAP_THRESHOLD = -3
-
-
-def tune_heap(chunk_bytes: int) -> None:
-    """Allocations of half a reader's piece and more get their own mapping (glibc ``mallopt``):
-    the pieces (and uvicorn's chunked copy of each) churn through at the readers' pace, and from
-    the heap they would leave it fragmented and grown — mapped, each is returned when freed. A
-    fixed threshold also stops glibc raising it after the first large free (its default), which
-    is what kept 1.26 GB after readers of a 10 MB run left (issue 26 item 2). No-op off glibc."""
-    import ctypes
-
-    mallopt = getattr(_libc(), "mallopt", None)
-    if mallopt is not None:
-        mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-        mallopt(M_MMAP_THRESHOLD, max(16 * 1024, chunk_bytes // 2))
-
-
 class EventStreamResponse(StreamingResponse):
     """An SSE response written in bounded pieces, each within ``client_stall_s`` and the total
     budget, else the reader is dropped (:class:`ReaderDropped`: no clean end). The lease is
@@ -688,7 +671,6 @@ def serve(host: str, port: int, *, settings: GatewaySettings | None = None, keys
     from reasonwire.workers.health import install_log_throttle
 
     settings = settings or GatewaySettings.from_env()
-    tune_heap(settings.client_chunk_bytes)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.WARNING)  # its per-connection chatter, not the gateway's state
     install_log_throttle()  # aiokafka logs every failed connection attempt during an outage (issue 24 item 6)
