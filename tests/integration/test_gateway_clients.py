@@ -148,7 +148,8 @@ def _sse_types(body: bytes) -> list[str]:
 
 @pytest.fixture
 def gw_env() -> dict[str, str]:
-    return {"RW_GATEWAY_FIRST_EVENT_TIMEOUT_S": "4", "RW_GATEWAY_CLIENT_STALL_S": "60", "RW_GATEWAY_CORS_ORIGINS": "http://app.example"}
+    # a short lookback: each reader starts near the end of its partition (every run read here was just published)
+    return {"RW_GATEWAY_LOOKBACK_S": "120", "RW_GATEWAY_FIRST_EVENT_TIMEOUT_S": "6", "RW_GATEWAY_CLIENT_STALL_S": "60", "RW_GATEWAY_CORS_ORIGINS": "http://app.example"}
 
 
 @pytest.fixture
@@ -198,7 +199,7 @@ async def test_issue26_item1_a_reader_stalled_past_the_bound_is_cut_off_uncleanl
     run_id, thread_id = _ids("gw-stall")
     events = _padded_run(run_id, thread_id, 8000, 1000)  # more than the kernel's socket buffers (4 MiB) take
     await _put_events(bootstrap, run_id, thread_id, events)
-    gw = GatewayProcess(primed_group, tmp_path / "gateway.log", extra_env={"RW_GATEWAY_CLIENT_STALL_S": "2"})
+    gw = GatewayProcess(primed_group, tmp_path / "gateway.log", extra_env={"RW_GATEWAY_CLIENT_STALL_S": "2", "RW_GATEWAY_LOOKBACK_S": "120"})
     try:
         reader = SlowSocket(gw, f"/v1/threads/{thread_id}/runs/{run_id}/events?audience=internal", auth("acme-internal"))
         reader.read_some(20_000)
@@ -387,7 +388,9 @@ async def test_issue26_item7_another_tenants_run_answers_like_a_missing_one_and_
             answer = await client.get(url, headers=auth("globex-key"))
             return answer.status_code, answer.json(), time.monotonic() - started
 
-        others, missing = await asyncio.gather(timed(_events_url(gw, thread_id, run_id)), timed(_events_url(gw, thread_id, "never-" + run_id)))
+        never = "never-" + run_id
+        await client.get(_events_url(gw, thread_id, never), headers=auth("acme-internal"))  # both partitions' readers warm
+        others, missing = await asyncio.gather(timed(_events_url(gw, thread_id, run_id)), timed(_events_url(gw, thread_id, never)))
         assert others[:2] == missing[:2] == (404, {"error": "no such run in this thread"})
         assert abs(others[2] - missing[2]) < 1.0, (others[2], missing[2])
 

@@ -181,14 +181,13 @@ class PartitionReader:
         return self.health.degraded
 
     async def find(self, tenant: str, run_id: str, timeout: float) -> RunLog | None:
-        """The tenant's run, waiting up to ``timeout`` (in all) for a run that has not started yet; None when
+        """The tenant's run, waiting up to ``timeout`` for a run that has not started yet; None when
         nothing appears in time. Another tenant's run of that id is a different key: it is neither
         found nor a reason to answer sooner — the caller learns nothing it does not own. Raises
         :class:`TimeoutError` when the reader has not read its partition up to the end in time
         (the broker is away): that is not "no such run"."""
-        deadline = time.monotonic() + timeout  # one deadline for catching up and for the run: a
-        # missing run is answered at the same moment whether its partition's reader was warm or not
-        await asyncio.wait_for(self.caught_up.wait(), timeout)
+        await asyncio.wait_for(self.caught_up.wait(), timeout)  # once per reader: the same for every run of the partition
+        deadline = time.monotonic() + timeout
         while (found := self.runs.get((tenant, run_id))) is None:
             if time.monotonic() >= deadline:
                 return None
