@@ -26,6 +26,15 @@ stamping the send time of every raw record.
 
 ``python -m bench.gateway [--clients N] [--runs R]`` runs it alone and writes
 ``bench/results/gateway.json``; ``make bench`` runs it as its last section.
+
+Slow readers (issue 26)
+-----------------------
+``python -m bench.gateway --slow-readers N [--run-mb M]`` measures instead what readers that
+stop reading cost: one finished run of ``M`` MB of events (put on the internal topic directly,
+no worker), read once (the baseline holds the run's log), then ``N`` readers with a 4 KiB
+receive buffer that read nothing for a while: the gateway's RSS before, at its peak while they
+stall, and after they read to the end and leave; every reader must get the whole run with a
+clean end. Written to ``bench/results/gateway-slow.json``.
 """
 
 from __future__ import annotations
@@ -268,6 +277,108 @@ async def _drive(bootstrap: str, url: str, gateway_pid: int, *, clients: int, ru
     }
 
 
+async def measure_slow(bootstrap: str, redis_url: str, *, readers: int, run_mb: float, stall_s: float = 5.0, logs: Path) -> dict[str, Any]:
+    """``readers`` stalled readers of one finished run of ``run_mb`` MB (see the module doc)."""
+    logs.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "REDIS_URL": redis_url,
+        "RW_GATEWAY_KEYS": json.dumps({"keys": [{"sha256": hash_key(KEY), "tenant": "bench", "audiences": ["public", "internal"]}]}),
+        "RW_GATEWAY_LOOKBACK_S": "600",
+    }
+    gateway = _spawn(["gateway", "--port", str(port)], env, logs / "gateway-slow-bench.log")
+    try:
+        await _wait_for(lambda: _healthy(url), "the gateway")
+        return await _drive_slow(bootstrap, url, port, gateway.pid, readers=readers, run_mb=run_mb, stall_s=stall_s)
+    finally:
+        gateway.send_signal(signal.SIGTERM)
+        try:
+            gateway.wait(20)
+        except subprocess.TimeoutExpired:
+            gateway.kill()
+
+
+async def _drive_slow(bootstrap: str, url: str, port: int, pid: int, *, readers: int, run_mb: float, stall_s: float) -> dict[str, Any]:
+    from aiokafka import AIOKafkaProducer
+
+    tag = uuid.uuid4().hex[:6]
+    run_id, thread_id = f"bench-slow-{tag}", f"bench-slow-thread-{tag}"
+    n = max(1, int(run_mb * 1024 * 1024 / 1000))
+    events = [{"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id}]
+    events += [{"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "x" * 960} for _ in range(n)]
+    events.append({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id})
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_batch_size=1 << 20, linger_ms=5)
+    await producer.start()
+    try:
+        futures = []
+        for seq, event in enumerate(events):
+            headers = [("rw-run-id", run_id.encode()), ("rw-thread-id", thread_id.encode()), ("rw-tenant", b"bench"), ("rw-event-seq", str(seq).encode())]
+            futures.append(await producer.send(topics.EVENTS, orjson.dumps(event), key=run_id.encode(), headers=headers))
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    request = f"GET /v1/threads/{thread_id}/runs/{run_id}/events?audience=internal HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {KEY}\r\n\r\n".encode()
+
+    def connect() -> socket.socket:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(request)
+        return sock
+
+    def drain(sock: socket.socket) -> tuple[int, bool]:
+        sock.settimeout(120)
+        data = bytearray()
+        while chunk := sock.recv(1 << 20):
+            data += chunk
+        sock.close()
+        return data.count(b"\nid: "), data.endswith(b"\r\n0\r\n\r\n")
+
+    baseline = await asyncio.to_thread(lambda: drain(connect()))
+    await asyncio.sleep(1)
+    rss_before = _rss_mb(pid)
+    socks = [connect() for _ in range(readers)]
+    peak = rss_before
+    deadline = time.monotonic() + stall_s
+    while time.monotonic() < deadline:
+        peak = max(peak, _rss_mb(pid))
+        await asyncio.sleep(0.2)
+    clients = httpx.get(url + "/healthz", timeout=10).json()["clients"]
+    started = time.perf_counter()
+    results = await asyncio.gather(*(asyncio.to_thread(drain, s) for s in socks))
+    drained_s = time.perf_counter() - started
+    await asyncio.sleep(2)
+    return {
+        "slow_readers": readers,
+        "run_mb": round(sum(len(orjson.dumps(e)) for e in events) / 1024 / 1024, 1),
+        "events": len(events),
+        "stall_s": stall_s,
+        "baseline_reader": {"events": baseline[0], "clean_end": baseline[1]},
+        "clients_counted_while_stalled": clients,
+        "gateway_rss_before_mb": round(rss_before, 1),
+        "gateway_rss_peak_while_stalled_mb": round(peak, 1),
+        "gateway_rss_per_stalled_reader_kb": round((peak - rss_before) * 1024 / readers, 1),
+        "gateway_rss_after_mb": round(_rss_mb(pid), 1),
+        "readers_complete_and_clean": sum(1 for got, clean in results if got == len(events) and clean),
+        "drain_all_s": round(drained_s, 2),
+    }
+
+
+def render_slow(r: dict[str, Any]) -> str:
+    return (
+        f"\n## gateway: {r['slow_readers']} stalled readers of one finished {r['run_mb']} MB run (issue 26)\n\n"
+        "| figure | value |\n|---|---|\n"
+        f"| gateway RSS before / peak while stalled ({r['stall_s']} s) / after they left | {r['gateway_rss_before_mb']} / {r['gateway_rss_peak_while_stalled_mb']} / {r['gateway_rss_after_mb']} MB |\n"
+        f"| per stalled reader | {r['gateway_rss_per_stalled_reader_kb']} KB |\n"
+        f"| readers counted by /healthz while stalled | {r['clients_counted_while_stalled']} |\n"
+        f"| readers that got all {r['events']} events and a clean end | {r['readers_complete_and_clean']} / {r['slow_readers']} |\n"
+        f"| time for all of them to read the run once they read | {r['drain_all_s']} s |\n"
+    )
+
+
 def render(r: dict[str, Any]) -> str:
     if "skipped" in r:
         return f"\n## gateway (issue 15)\n\nskipped: {r['skipped']}\n"
@@ -291,8 +402,17 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--pace-ms", type=float, default=20.0)
+    parser.add_argument("--slow-readers", type=int, default=0, help="measure N stalled readers of one finished run instead (issue 26)")
+    parser.add_argument("--run-mb", type=float, default=8.0, help="the size of that run")
     args = parser.parse_args()
     results = ROOT / "bench" / "results"
+    if args.slow_readers:
+        slow = asyncio.run(
+            measure_slow(os.environ["KAFKA_BOOTSTRAP_SERVERS"], os.environ["REDIS_URL"], readers=args.slow_readers, run_mb=args.run_mb, logs=results / "logs")
+        )
+        (results / "gateway-slow.json").write_text(json.dumps(slow, indent=2))
+        print(render_slow(slow))
+        return 0
     r = asyncio.run(
         measure(os.environ["KAFKA_BOOTSTRAP_SERVERS"], os.environ["REDIS_URL"], clients=args.clients, runs=args.runs, pace_ms=args.pace_ms, logs=results / "logs")
     )

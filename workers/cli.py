@@ -42,7 +42,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO, TypeVar
 
-import orjson
 
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.workers import ingress_cli
@@ -50,6 +49,7 @@ from reasonwire.workers.core.translator import Translation, Translator
 from reasonwire.workers.core.wire import event_json, record_json
 from reasonwire.workers.gateway import command as gateway_command
 from reasonwire.workers.launch import release_interrupts
+from reasonwire.workers.ingress_check import GrammarGate, NotThisGrammar
 from reasonwire.workers.errors import UserError
 from reasonwire.workers.replay import command as replay_command
 from reasonwire.workers.sse import ProviderEvent, read_events
@@ -304,13 +304,8 @@ def _name(input_name: str) -> str:
 
 @dataclass
 class _Progress:
-    """What ``translate`` has seen: output is held only while no event of the stream was recognised."""
+    """What ``translate`` has written so far: warnings per code and the exit status."""
 
-    events: int = 0
-    recognised: bool = False
-    first_type: str | None = None
-    first: ProviderEvent | None = None
-    held: list[tuple[Translation, int | None]] = field(default_factory=list)
     warnings: Counter[str] = field(default_factory=Counter)
     """Warnings met per code: each code is named :data:`REPEATS_SHOWN` times, then only counted."""
     status: int = 0
@@ -320,60 +315,27 @@ def _run(translator: Translator, events: Iterable[ProviderEvent], out: BinaryIO,
     """Feed each event as it is read and write its output at once (flushed per line).
 
     Until an event is recognised (handled, or rejected as malformed), the output (``RUN_STARTED``)
-    and unknown-event warnings are held: a stream of another grammar then ends with one line,
-    "this is not an X stream", and exit 2 — never with an invented run. A stream with no event at
-    all says so (exit 2)."""
+    and unknown-event warnings are held (:class:`~reasonwire.workers.ingress_check.GrammarGate`,
+    the same recognition ``ingest`` and ``POST /v1/ingest`` use): a stream of another grammar
+    then ends with one line, "this is not an X stream", and exit 2 — never with an invented run.
+    A stream with no event at all says so (exit 2)."""
     progress = _Progress()
-    for event in events:
-        progress.events += 1
-        if progress.first_type is None:
-            progress.first_type = _event_type(event)
-        translation = translator.feed(event.data, sse_event=event.sse_event)
-        if not progress.recognised:
-            if _unrecognised(translation):
-                progress.first = progress.first or event
-                progress.held.append((translation, event.line))
-                continue
-            if translation.rejection is not None and not progress.held and (other := _reads_as(event, translator.grammar)):
-                raise UserError(_not_this_grammar(translator.grammar, progress.first_type, other))  # e.g. Anthropic given as Bedrock
-            progress.recognised = True
-            for held, line in progress.held:
-                _emit(held, out, artefacts, input_line=line, progress=progress)
-            progress.held.clear()
-        _emit(translation, out, artefacts, input_line=event.line, progress=progress)
-        out.flush()
-    if progress.events == 0:
-        raise UserError("input held no events")
-    if not progress.recognised:
-        other = _reads_as(progress.first, translator.grammar) if progress.first else None
-        raise UserError(_not_this_grammar(translator.grammar, progress.first_type, other))
+    gate: GrammarGate[int | None] = GrammarGate(translator, hold=None)
+    try:
+        for event in events:
+            for translation, line in gate.feed(event, event.line):
+                _emit(translation, out, artefacts, input_line=line, progress=progress)
+            out.flush()
+        for translation, line in gate.finish():
+            _emit(translation, out, artefacts, input_line=line, progress=progress)
+    except NotThisGrammar as exc:
+        raise UserError(str(exc)) from None
     _emit(translator.finish(), out, artefacts, input_line=None, progress=progress)
     for code, count in progress.warnings.items():
         if count > REPEATS_SHOWN:
             print(f"reasonwire: warning: {count - REPEATS_SHOWN} more {code} warnings not shown", file=sys.stderr)
     out.flush()
     return progress.status
-
-
-def _unrecognised(translation: Translation) -> bool:
-    return translation.rejection is None and any(w.code == "unknown_event" for w in translation.warnings)
-
-
-def _reads_as(event: ProviderEvent, grammar: Grammar) -> str | None:
-    """The other grammar whose translator handles ``event`` (pure: a throw-away translator each),
-    to tell a user which ``--provider`` the stream is; None if none does."""
-    for other in implemented():
-        if other is not grammar:
-            translation = translator_for(other).feed(event.data, sse_event=event.sse_event)
-            if translation.rejection is None and not _unrecognised(translation):
-                return other.value
-    return None
-
-
-def _not_this_grammar(grammar: Grammar, first_type: str | None, other: str | None) -> str:
-    article = "an" if grammar.value[0] in "aeiou" else "a"
-    hint = f"; it reads as {other}" if other else ""
-    return f"this is not {article} {grammar.value} stream (no event recognised; first event type: {first_type}{hint})"
 
 
 def _emit(translation: Translation, out: BinaryIO, artefacts: BinaryIO | None, *, input_line: int | None, progress: _Progress) -> None:
@@ -391,22 +353,6 @@ def _emit(translation: Translation, out: BinaryIO, artefacts: BinaryIO | None, *
     if translation.rejection is not None:
         print(f"reasonwire: error: {where}: {translation.rejection.reason}", file=sys.stderr)
         progress.status = max(progress.status, 1)
-
-
-def _event_type(event: ProviderEvent) -> str:
-    """The first event's type as a user would recognise it (its name only, never its content, P8)."""
-    if event.sse_event:
-        return repr(event.sse_event[:60])
-    try:
-        obj = orjson.loads(event.data)
-    except orjson.JSONDecodeError:
-        return "not JSON"
-    if not isinstance(obj, dict):
-        return f"a JSON {type(obj).__name__}, not an object"
-    for key in ("type", "event_type"):
-        if isinstance(obj.get(key), str):
-            return repr(obj[key][:60])
-    return f"an object with keys {', '.join(repr(k[:40]) for k in list(obj)[:3])}" if obj else "an empty object"
 
 
 if __name__ == "__main__":

@@ -79,15 +79,28 @@ class SSEFramer:
     framing (R3).
     """
 
-    def __init__(self) -> None:
-        self._partial = b""
+    def __init__(self, max_event_bytes: int | None = None) -> None:
+        self._partial = bytearray()
+        """The line still incomplete: grown in place (a 50 MB line is not copied per chunk)."""
         self._event: str | None = None
         self._data: list[bytes] = []
+        self._data_bytes = 0
+        self.max_event_bytes = max_event_bytes
+        """A payload larger than this raises :class:`EventTooLarge` as soon as it is certain — a
+        line that long is refused while it is still arriving, never held whole."""
 
     def feed(self, chunk: bytes) -> list[tuple[bytes, str | None]]:
         """Arbitrary chunks of a byte stream (an HTTP body): a trailing partial line waits."""
-        lines = (self._partial + chunk).split(b"\n")
-        self._partial = lines.pop()
+        before = len(self._partial)
+        self._partial += chunk
+        cut = chunk.rfind(b"\n")  # only the new bytes are searched: a long line costs O(its length)
+        if cut < 0:
+            if self.max_event_bytes is not None and len(self._partial) - len(b"data: ") > self.max_event_bytes:
+                raise EventTooLarge(len(self._partial) - len(b"data: "), self.max_event_bytes)
+            return []
+        cut += before
+        lines = bytes(self._partial[:cut]).split(b"\n")
+        del self._partial[: cut + 1]
         return [e for line in lines for e in self.line(line)]
 
     def line(self, raw: bytes) -> list[tuple[bytes, str | None]]:
@@ -104,23 +117,44 @@ class SSEFramer:
                 return out
             if name == b"data":
                 self._data.append(value)
+                self._data_bytes += len(value) + 1
+                self._check(self._data_bytes - 1)
             return []
         return [*self._dispatch(), *self._payload(line, None)]
 
     def finish(self) -> list[tuple[bytes, str | None]]:
         """End of stream: a last frame without its blank line (or newline) still counts."""
-        tail, self._partial = self._partial, b""
+        tail, self._partial = bytes(self._partial), bytearray()
         return [*(self.line(tail) if tail.strip() else []), *self._dispatch()]
 
     def _dispatch(self) -> list[tuple[bytes, str | None]]:
         data, event = self._data, self._event
-        self._data, self._event = [], None
+        self._data, self._event, self._data_bytes = [], None, 0
         return self._payload(b"\n".join(data), event) if data else []
 
-    @staticmethod
-    def _payload(data: bytes, event: str | None) -> list[tuple[bytes, str | None]]:
+    def _payload(self, data: bytes, event: str | None) -> list[tuple[bytes, str | None]]:
+        self._check(len(data))
         return [] if data.strip() == b"[DONE]" else [(data, event)]
+
+    def _check(self, size: int) -> None:
+        if self.max_event_bytes is not None and size > self.max_event_bytes:
+            raise EventTooLarge(size, self.max_event_bytes)
+
+
+class EventTooLarge(ValueError):
+    """A provider event larger than the raw topic takes: a client error that no retry can cure
+    (HTTP 413), found before the record is sent."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"a provider event of at least {size:,} bytes exceeds the per-event limit of {limit:,} bytes")
+        self.size = size
+        self.limit = limit
 
 
 class IngressError(RuntimeError):
     """The broker did not take a record: the run's records are not all published (nothing silent)."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        """The broker was away (no acknowledgement in time): the same records may go through later."""

@@ -4,8 +4,10 @@
 each provider event the moment its line (or SSE frame) is complete — the pipe may
 stay open for as long as the provider streams. End of input publishes ``end``;
 SIGINT/SIGTERM publish ``abort``. One JSON line on stdout says what was published.
-Exit status: 0 published, 1 the broker refused a record, 2 unusable input, 3 the broker is
-unreachable (checked before anything is read), 130 interrupted.
+Exit status: 0 published, 1 the broker refused a record, 2 unusable input: an id outside the id
+grammar (``reasonwire.contracts.ids``), a stream of another grammar or one without events —
+refused with ``translate``'s wording before anything is published; 3 the broker is unreachable
+(checked before anything is read), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reasonwire.contracts.ids import BadId, check_id
+
+    try:
+        check_id("run id", args.run_id)
+        check_id("thread id", args.thread_id or args.run_id)
+    except BadId as exc:
+        print(f"reasonwire: error: {exc}", file=sys.stderr)
+        return 2
     try:
         source: BinaryIO = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")  # noqa: SIM115
     except OSError as exc:
@@ -62,7 +72,7 @@ def _reader(source: BinaryIO, loop: asyncio.AbstractEventLoop, chunks: asyncio.Q
 async def _ingest(args: argparse.Namespace, source: BinaryIO) -> int:
     from aiokafka.errors import KafkaError
 
-    from reasonwire.workers.ingress_client import IngressError, Publisher
+    from reasonwire.workers.ingress_client import IngressError, NotThisGrammar, Publisher
     from reasonwire.workers.settings import IngestSettings
 
     loop = asyncio.get_running_loop()
@@ -91,9 +101,13 @@ async def _ingest(args: argparse.Namespace, source: BinaryIO) -> int:
             tenant=args.tenant,
             model=args.model,
             issuer_scope=args.issuer_scope,
+            check_grammar=True,  # the first events are held until recognised, as `translate` does
         ) as run:
             while (chunk := await chunks.get()) != _EOF:
                 await run.feed(chunk)  # each line (SSE field or payload) goes out as soon as it is complete
+    except NotThisGrammar as exc:
+        print(f"reasonwire: error: {exc}", file=sys.stderr)  # translate's line; nothing was published
+        return 2
     except IngressError as exc:
         print(f"reasonwire: {exc}", file=sys.stderr)
         return 1

@@ -35,10 +35,13 @@ from aiokafka.errors import KafkaError
 from reasonwire.contracts import topics
 from reasonwire.contracts.envelope import Control
 from reasonwire.contracts.grammars import Grammar
-from reasonwire.workers.ingress import IngressError, OutgoingRecord, RunEnvelope, SSEFramer
+from reasonwire.contracts.ids import check_id
+from reasonwire.workers.ingress import EventTooLarge, IngressError, OutgoingRecord, RunEnvelope, SSEFramer
+from reasonwire.workers.ingress_check import GrammarGate, NotThisGrammar, gate_for
 from reasonwire.workers.kafka_security import client_kwargs
+from reasonwire.workers.sse import ProviderEvent
 
-__all__ = ["IngressError", "Publisher", "RunPublisher"]
+__all__ = ["EventTooLarge", "IngressError", "NotThisGrammar", "Publisher", "RunPublisher"]
 
 
 class RunPublisher:
@@ -47,11 +50,25 @@ class RunPublisher:
     One call at a time (await each): a run is one ordered stream, and concurrent calls would
     interleave its records in an order the provider never sent."""
 
-    def __init__(self, producer: AIOKafkaProducer, envelope: RunEnvelope, topic: str = topics.RAW) -> None:
+    def __init__(
+        self,
+        producer: AIOKafkaProducer,
+        envelope: RunEnvelope,
+        topic: str = topics.RAW,
+        *,
+        check_grammar: bool = False,
+        max_event_bytes: int | None = None,
+        deliver_timeout_s: float | None = None,
+    ) -> None:
         self._producer = producer
         self.envelope = envelope
         self._topic = topic
-        self._framer = SSEFramer()
+        self._framer = SSEFramer(max_event_bytes)
+        self._gate: GrammarGate[tuple[bytes, str | None]] | None = gate_for(envelope.grammar) if check_grammar else None
+        """Holds the first events until the grammar is recognised (:mod:`reasonwire.workers.ingress_check`):
+        a stream of another grammar, or no event at all, raises :class:`NotThisGrammar` before any record."""
+        self._deliver_timeout_s = deliver_timeout_s
+        """The longest wait for the broker's acknowledgement (None: the producer's own timeouts)."""
         self.published = 0
         """Provider events the broker acknowledged so far (control records not counted)."""
         self._next_seq = 0
@@ -62,6 +79,8 @@ class RunPublisher:
         the run stays open); and a cancellation while records are still being queued leaves the
         rest unnumbered, so the ``abort`` follows the last queued one without a gap."""
         self._failed = False
+        self._closing = False
+        """The control record is on its way: an ``abort`` after it would end the run twice."""
         self.outcome: Control | None = None
         """``end`` or ``abort`` once the run's control record is published."""
 
@@ -81,14 +100,22 @@ class RunPublisher:
             return
         if control is Control.END:
             await self._publish(self._framer.finish())
+            if self._gate is not None:
+                await self._publish([item for _, item in self._gate.finish()], checked=True)
+        elif self._next_seq == 0:
+            self.outcome = control  # nothing was published: there is no run to abort
+            return
+        self._closing = True
         seq = self._next_seq
         record = OutgoingRecord(self.envelope.run_id.encode(), None, self.envelope.headers(seq, control=control))
-        await self._deliver([record])
+        await self._deliver([record], wait=not self._failed)  # after a failure: queued behind the rest, not awaited
         if not self._failed:  # acknowledged after everything queued before it on the run's partition (idempotent, in order)
             self.published = seq
         self.outcome = control
 
-    async def _publish(self, events: list[tuple[bytes, str | None]]) -> int:
+    async def _publish(self, events: list[tuple[bytes, str | None]], *, checked: bool = False) -> int:
+        if self._gate is not None and not checked:
+            events = [item for e in events for _, item in self._gate.feed(ProviderEvent(self._gate.events + 1, e[0], e[1]), e)]
         if not events:
             return 0
         if self.outcome is not None:
@@ -100,27 +127,50 @@ class RunPublisher:
         self.published += len(records)
         return len(records)
 
-    async def _deliver(self, records: list[OutgoingRecord]) -> None:
-        """Queue each record (its ``rw-seq`` is taken once ``send`` returns), then wait for every ack.
-        ``records`` are numbered from ``_next_seq`` on."""
+    async def _deliver(self, records: list[OutgoingRecord], *, wait: bool = True) -> None:
+        """Queue each record (its ``rw-seq`` is taken once ``send`` returns), then wait for every ack
+        — at most ``deliver_timeout_s`` in all. ``records`` are numbered from ``_next_seq`` on."""
+        loop = asyncio.get_running_loop()
+        deadline = None if self._deliver_timeout_s is None else loop.time() + self._deliver_timeout_s
         try:
             pending = []
             for r in records:
-                pending.append(await self._producer.send(self._topic, r.value, key=r.key, headers=r.headers))
+                queued = self._producer.send(self._topic, r.value, key=r.key, headers=r.headers)
+                pending.append(await (queued if deadline is None else asyncio.wait_for(queued, max(0.0, deadline - loop.time()))))
                 self._next_seq += 1  # queued: see ``_next_seq``
+            if not wait:
+                return
+            if deadline is not None:  # asyncio.wait, not wait_for: the producer's futures are never cancelled
+                _, late = await asyncio.wait(pending, timeout=max(0.0, deadline - loop.time()))
+                if late:
+                    raise TimeoutError
             await asyncio.gather(*pending)
         except KafkaError as exc:
             self._failed = True
             raise IngressError(f"run {self.envelope.run_id}: the broker did not take record(s) ({type(exc).__name__})") from exc
+        except TimeoutError:
+            self._failed = True
+            raise IngressError(
+                f"run {self.envelope.run_id}: the broker did not acknowledge within {self._deliver_timeout_s:g}s", retryable=True
+            ) from None
 
 
 class Publisher:
     """A Kafka producer for ``reasoning.raw.v1`` that hands out :class:`RunPublisher`s."""
 
-    def __init__(self, bootstrap_servers: str | None = None, *, producer: AIOKafkaProducer | None = None, **producer_options: Any) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str | None = None,
+        *,
+        producer: AIOKafkaProducer | None = None,
+        deliver_timeout_s: float | None = None,
+        **producer_options: Any,
+    ) -> None:
         if producer is None and bootstrap_servers is None:
             raise ValueError("Publisher needs bootstrap_servers or a started producer")
         self._own = producer is None
+        self.deliver_timeout_s = deliver_timeout_s
+        """Each send/close waits at most this long for the broker (None: the producer's own timeouts)."""
         self._producer = producer or AIOKafkaProducer(
             bootstrap_servers=bootstrap_servers, acks="all", enable_idempotence=True, **{**client_kwargs(), **producer_options}
         )
@@ -150,22 +200,40 @@ class Publisher:
         tenant: str = "default",
         model: str | None = None,
         issuer_scope: str | None = None,
+        check_grammar: bool = False,
+        max_event_bytes: int | None = None,
     ) -> AsyncIterator[RunPublisher]:
-        """Publish one run: ``end`` on normal exit, ``abort`` on an exception or cancellation."""
+        """Publish one run: ``end`` on normal exit, ``abort`` on an exception or cancellation.
+
+        ``check_grammar``: hold the first events until ``provider``'s translator recognises one;
+        a stream of another grammar or without events raises :class:`NotThisGrammar`, nothing
+        published. ``max_event_bytes``: a larger event raises :class:`EventTooLarge` before it is
+        sent. A run or thread id outside the id grammar (``reasonwire.contracts.ids``) raises
+        :class:`~reasonwire.contracts.ids.BadId` here, before anything."""
         Grammar(provider)  # an unknown grammar fails here, in the caller, not as a dead letter later
-        run = RunPublisher(self._producer, RunEnvelope(provider, run_id, thread_id or run_id, tenant, model, issuer_scope))
+        check_id("run id", run_id)
+        check_id("thread id", thread_id or run_id)
+        run = RunPublisher(
+            self._producer,
+            RunEnvelope(provider, run_id, thread_id or run_id, tenant, model, issuer_scope),
+            check_grammar=check_grammar,
+            max_event_bytes=max_event_bytes,
+            deliver_timeout_s=self.deliver_timeout_s,
+        )
         try:
             yield run
+            await run.close(Control.END)  # may still frame a last event (too large, or not this grammar)
         except BaseException:
             await _abort(run)
             raise
-        await run.close(Control.END)
 
 
 async def _abort(run: RunPublisher) -> None:
     """Publish ``abort`` even while being cancelled (shielded). A broker that already failed may not
     take it either; the original exception is what the caller must see, and the normalizer's
     inactivity timeout closes such a run."""
+    if run._closing:  # noqa: SLF001 - the end record was already queued
+        return
     try:
         await asyncio.shield(run.close(Control.ABORT))
     except (IngressError, asyncio.CancelledError):

@@ -331,6 +331,41 @@ class GatewaySettings(LogSettings, TopicSettings, RedisSettings, KafkaSettings):
     keys_file: str | None = Field(None, validation_alias="RW_GATEWAY_KEYS_FILE", description="the API key book, a JSON file (docs/gateway.md)")
     keys: str | None = Field(None, validation_alias="RW_GATEWAY_KEYS", description="the same key book as a JSON string, when there is no file")
     access_log: bool = Field(False, validation_alias="RW_GATEWAY_ACCESS_LOG", description="log one line per HTTP request (uvicorn's access log)")
+    client_chunk_bytes: int = Field(
+        64 * 1024,
+        ge=4 * 1024,
+        validation_alias="RW_GATEWAY_CLIENT_CHUNK_BYTES",
+        description="the largest piece (bytes) written to one reader at once: a reader that does not read holds this, never a copy of the run",
+    )
+    client_stall_s: Seconds = Field(
+        30.0,
+        validation_alias="RW_GATEWAY_CLIENT_STALL_S",
+        description="a reader whose write has not completed for this long (s) is cut off without a clean end (Last-Event-ID resumes it)",
+    )
+    max_buffered_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=64 * 1024,
+        validation_alias="RW_GATEWAY_MAX_BUFFERED_BYTES",
+        description="all readers' writes in flight together (bytes): a write waits for room (backpressure), and waiting counts as a stall",
+    )
+    publish_timeout_s: Seconds = Field(
+        5.0,
+        validation_alias="RW_GATEWAY_PUBLISH_TIMEOUT_S",
+        description="the longest wait (s) for the broker's acknowledgement of an ingest or a run request before 503 with Retry-After",
+    )
+    max_event_bytes: PositiveInt | None = Field(
+        None,
+        validation_alias="RW_GATEWAY_MAX_EVENT_BYTES",
+        description="a provider event above this (bytes) is refused 413; unset: what reasoning.raw.v1's max.message.bytes leaves after the envelope",
+    )
+    cors_origins: str = Field(
+        "", validation_alias="RW_GATEWAY_CORS_ORIGINS", description="comma-separated browser origins allowed to call the gateway (* for any); empty: none"
+    )
+
+    @property
+    def origins(self) -> list[str]:
+        """``cors_origins`` as a list (CORS allow-list; issue 23 item 11)."""
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
 
 SETTINGS_CLASSES: tuple[type[Settings], ...] = (

@@ -43,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
     from reasonwire.workers.logs import configure
 
     configure(settings)
+    from reasonwire.workers.health import install_log_throttle
+
+    install_log_throttle()  # aiokafka logs every failed connection attempt during an outage (issue 24 item 6)
     try:
         keys = KeyBook.from_env(os.environ)
     except KeyBookError as exc:

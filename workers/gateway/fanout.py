@@ -14,7 +14,14 @@ A reader keeps each run it sees in a :class:`RunLog`: events de-duplicated and
 ordered by ``rw-event-seq`` (a normalizer that rewinds after a failure republishes
 the same seqs; the first copy wins), already SSE-encoded once for every client.
 Clients iterate a log's list and park on one future that the reader resolves when
-the log grows — the cost per client is an index and a waiter.
+the log grows — the cost per client is an index, a waiter and at most one write of
+``chunk_bytes`` in flight (:meth:`RunLog.follow`: a reader of a finished 50 MB run is
+written 64 KiB at a time as it reads, never handed a joined copy of the run).
+
+Runs are keyed by (tenant, run id) everywhere here: two tenants' run ids never meet,
+and another tenant's run is found exactly as often as one that does not exist (issue 26
+item 7). A reader whose consumer fails retries with backoff and jitter, keeping its runs
+and its position (:mod:`reasonwire.workers.core.backoff`), logging state changes only.
 
 Memory: a reader starts ``lookback_s`` back in its partition (so an ended run is
 served whole from the topic) and keeps at most ``max_runs`` runs, evicting ended
@@ -36,6 +43,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from reasonwire.contracts import topics
 from reasonwire.contracts.envelope import HEADER_EVENT_SEQ, HEADER_RUN_ID, HEADER_TENANT, HEADER_THREAD_ID
+from reasonwire.workers.core.backoff import Backoff, Degradation, Report
+from reasonwire.workers.health import classify
 from reasonwire.workers.kafka_security import client_kwargs
 from reasonwire.workers.partitions import partition_of
 
@@ -103,20 +112,33 @@ class RunLog:
         except TimeoutError:
             return False
 
-    async def follow(self, after: int, keepalive_s: float) -> AsyncIterator[bytes]:
+    async def follow(self, after: int, keepalive_s: float, chunk_bytes: int = 64 * 1024) -> AsyncIterator[bytes]:
         """Frames after seq ``after`` (-1: from the start), live until the terminal event; a keep-alive
-        comment whenever the run is quiet for ``keepalive_s``."""
+        comment whenever the run is quiet for ``keepalive_s``.
+
+        Written in pieces of at most ``chunk_bytes`` (several frames joined, or one frame cut): the
+        caller awaits each write, so a slow reader holds one piece, not the run. After every write
+        the log is looked at again — what arrived while a write waited is sent before the end: the
+        stream ends only once every frame up to the terminal one was yielded (issue 26 item 1)."""
         index = after + 1
         while True:
-            if index < len(self.frames):  # everything available in one write: a burst costs one send
-                ready = b"".join(self.frames[index:])
-                index = len(self.frames)
-                if ready:
-                    yield ready
+            if index < len(self.frames):
+                piece, index = self.take(index, chunk_bytes)
+                for start in range(0, len(piece), chunk_bytes):
+                    yield piece[start : start + chunk_bytes] if len(piece) > chunk_bytes else piece
+                continue
             if self.ended:
                 return
             if not await self.wait(keepalive_s):
                 yield b": keep-alive\n\n"
+
+    def take(self, index: int, chunk_bytes: int) -> tuple[bytes, int]:
+        """Frames from ``index`` joined up to ``chunk_bytes`` (at least one frame); the next index."""
+        end, size = index, 0
+        while end < len(self.frames) and (end == index or size + len(self.frames[end]) <= chunk_bytes):
+            size += len(self.frames[end])
+            end += 1
+        return (self.frames[index] if end == index + 1 else b"".join(self.frames[index:end])), end
 
 
 class PartitionReader:
@@ -130,8 +152,12 @@ class PartitionReader:
         self._lookback_s = lookback_s
         self._max_runs = max_runs
         self.runs: OrderedDict[tuple[str, str], RunLog] = OrderedDict()
-        self.run_tenants: dict[str, set[str]] = {}
+        """Keyed by (tenant, run id): another tenant's run of the same id is another run."""
         self.caught_up = asyncio.Event()
+        self._next_offset: int | None = None
+        """Where a restarted consumer resumes (the runs already read are kept)."""
+        self.backoff = Backoff()
+        self.health = Degradation()
         self._new_run: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.records = 0
@@ -149,13 +175,21 @@ class PartitionReader:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
 
+    @property
+    def degraded(self) -> bool:
+        """The consumer failed and is waiting out its backoff (``/readyz`` says so)."""
+        return self.health.degraded
+
     async def find(self, tenant: str, run_id: str, timeout: float) -> RunLog | None:
-        """The run's log, waiting up to ``timeout`` for a run that has not started yet; None when
-        another tenant owns that run id (never its events) or nothing appears in time."""
-        await asyncio.wait_for(self.caught_up.wait(), timeout)
+        """The tenant's run, waiting up to ``timeout`` for a run that has not started yet; None when
+        nothing appears in time. Another tenant's run of that id is a different key: it is neither
+        found nor a reason to answer sooner — the caller learns nothing it does not own. Raises
+        :class:`TimeoutError` when the reader has not read its partition up to the end in time
+        (the broker is away): that is not "no such run"."""
+        await asyncio.wait_for(self.caught_up.wait(), timeout)  # once per reader: the same for every run of the partition
         deadline = time.monotonic() + timeout
         while (found := self.runs.get((tenant, run_id))) is None:
-            if self.run_tenants.get(run_id) or time.monotonic() >= deadline:
+            if time.monotonic() >= deadline:
                 return None
             if self._new_run is None or self._new_run.done():
                 self._new_run = asyncio.get_running_loop().create_future()
@@ -165,30 +199,42 @@ class PartitionReader:
         return found
 
     async def _read(self) -> None:
+        """Consume the partition for ever; a failure is retried after a backoff step (jittered),
+        with one log line when it starts failing and one when it recovers."""
+        while True:
+            try:
+                await self._consume()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure of the consumer is retried, never fatal to the gateway
+                delay = self.backoff.next_delay()
+                _log(self.health.failed(classify(exc), time.monotonic(), delay), exc, where=f"reader of {self.tp.topic}[{self.tp.partition}]")
+                await asyncio.sleep(delay)
+
+    async def _consume(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, group_id=None, enable_auto_commit=False, fetch_max_wait_ms=50, **client_kwargs())
-        await consumer.start()
         try:
+            await consumer.start()  # inside: a consumer that failed to start is stopped too (no "Unclosed")
             consumer.assign([self.tp])
-            start = await consumer.offsets_for_times({self.tp: int((time.time() - self._lookback_s) * 1000)})
-            found = start.get(self.tp)
             end = (await consumer.end_offsets([self.tp]))[self.tp]
-            if found is None:
-                consumer.seek(self.tp, end)
+            if self._next_offset is not None:
+                consumer.seek(self.tp, self._next_offset)
+                start = self._next_offset
             else:
-                consumer.seek(self.tp, found.offset)
-            if (found.offset if found else end) >= end:
+                found = (await consumer.offsets_for_times({self.tp: int((time.time() - self._lookback_s) * 1000)})).get(self.tp)
+                start = end if found is None else found.offset
+                consumer.seek(self.tp, start)
+            if start >= end:
                 self.caught_up.set()
             while True:
                 batch = await consumer.getmany(self.tp, timeout_ms=1000, max_records=2000)
                 for record in batch.get(self.tp, ()):
                     self._take(record)
+                    self._next_offset = record.offset + 1
+                self.backoff.reset()
+                _log(self.health.succeeded(time.monotonic()), None, where=f"reader of {self.tp.topic}[{self.tp.partition}]")
                 if not self.caught_up.is_set() and await consumer.position(self.tp) >= end:
                     self.caught_up.set()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("reader of %s[%d] stopped", self.tp.topic, self.tp.partition)
-            raise
         finally:
             await consumer.stop()
 
@@ -206,7 +252,6 @@ class PartitionReader:
         run = self.runs.get(key)
         if run is None:
             run = self.runs[key] = RunLog(tenant, thread_id)
-            self.run_tenants.setdefault(run_id, set()).add(tenant)
             self._evict()
             if self._new_run is not None and not self._new_run.done():
                 self._new_run.set_result(None)
@@ -216,10 +261,12 @@ class PartitionReader:
         while len(self.runs) > self._max_runs:
             victim = next((k for k, r in self.runs.items() if r.ended), next(iter(self.runs)))
             del self.runs[victim]
-            tenants = self.run_tenants.get(victim[1], set())
-            tenants.discard(victim[0])
-            if not tenants:
-                self.run_tenants.pop(victim[1], None)
+
+
+def _log(report: Report | None, exc: BaseException | None, *, where: str) -> None:
+    """One line per state change of a reader (degraded / recovered / a periodic summary)."""
+    if report is not None:
+        getattr(log, report.level)("%s: %s", where, report.message, exc_info=exc if report.traceback else None)
 
 
 class Fanout:
@@ -236,8 +283,14 @@ class Fanout:
     async def partitions(self, topic: str) -> int:
         if topic not in self._partitions:
             if self._meta is None:
-                self._meta = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, group_id=None, **client_kwargs())
-                await self._meta.start()
+                meta = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, group_id=None, **client_kwargs())
+                try:
+                    await meta.start()
+                except BaseException:  # the broker away (or the wait cancelled): the next request tries again
+                    with contextlib.suppress(Exception):
+                        await meta.stop()
+                    raise
+                self._meta = meta
             parts = self._meta.partitions_for_topic(topic)
             if not parts:
                 await self._meta._client.force_metadata_update()  # noqa: SLF001 - aiokafka has no public refresh
