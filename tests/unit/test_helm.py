@@ -144,6 +144,8 @@ def test_gateway_behind_a_switch_with_service(helm: str) -> None:
     gateway = _by_kind(docs, "Deployment")["rw-reasonwire-gateway"]
     assert _container(gateway)["args"][0] == "gateway"
     assert _container(gateway)["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # ready only while Kafka and Redis answer (issue 26 item 6): /healthz stays 200 through an outage
+    assert _container(gateway)["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert "rw-reasonwire-gateway" in _by_kind(docs, "Service")
 
 
