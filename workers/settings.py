@@ -477,9 +477,11 @@ _GROUPS = ("KAFKA_", "REDIS_URL", "RW_REDIS_", "")
 
 
 def show_default(value: object) -> str:
-    """A default as an operator would write it: ``unset``, ``true``/``false``, ``8``, ``0.1``."""
+    """A default as an operator would write it: ``unset``, ``empty``, ``true``/``false``, ``8``, ``0.1``."""
     if value is None:
         return "unset"
+    if value == "":
+        return "empty"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float):

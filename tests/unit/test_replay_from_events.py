@@ -32,8 +32,10 @@ def _main(argv: list[str], stdin: bytes = b"") -> tuple[int, str, str]:
 
 
 def _translate(grammar: str, tmp_path: Path) -> tuple[Path, Path]:
+    # A finished answer: a capture that ends in a tool call has no result yet, and replay leaves
+    # an unanswered call (and the turn it ends) out, as every provider rejects it (issue 25 item 1).
     events, artefacts = tmp_path / "events.jsonl", tmp_path / "artefacts.jsonl"
-    status, out, _ = _main(["translate", "--provider", grammar, "--artefacts", str(artefacts), str(LOCAL_FIXTURES / grammar / "b_reasoning_then_tool_call.jsonl")])
+    status, out, _ = _main(["translate", "--provider", grammar, "--artefacts", str(artefacts), str(LOCAL_FIXTURES / grammar / "a_reasoning_then_answer.jsonl")])
     assert status == 0
     events.write_text(out)
     return events, artefacts
