@@ -9,12 +9,12 @@ values. Scenarios, one fault each, in order: baseline; SIGKILL of the worker at
 three points; a rebalance with two workers; Redis ``SHUTDOWN SAVE`` and
 ``SHUTDOWN NOSAVE`` (with the AOF services.sh configures); a 30 s Redis outage
 under load (worker log bytes, CPU and ``/readyz`` measured); a broker restart;
-Redis restarted with its files gone (the store lost: the epoch path); the
-bad-input corpus (chaos.load.bad_cases); then issue 24's operational events: a
+the bad-input corpus (chaos.load.bad_cases); issue 24's operational events: a
 worker paused (SIGSTOP) longer than a short inactivity timeout, a burst backlog,
 a paused worker thawed after its partitions moved, Redis restored from an older
 copy of its files and after ``appendonly no``, an evicting Redis, the replay
-worker during a Redis outage, raw partitions added mid-stream. Then it reads every output from the
+worker during a Redis outage, raw partitions added mid-stream; Redis restarted
+with its files gone (the store lost: the epoch path). Then it reads every output from the
 beginning and checks every run against the offline translation of its own
 records after de-duplication by (run, ``rw-event-seq``): lost, duplicated and
 inconsistent (two different events under one number, or one that differs from
