@@ -92,17 +92,22 @@ def _table(chaos: Chaos, rows: list, seen, opaque: int, checked: int, wedged: li
     lines = [
         f"chaos run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {elapsed:.0f} s, {machine()}",
         "",
-        "| scenario | runs | complete | lost runs (events) | duplicate copies | inconsistent numbers | store_lost (accounted) | wedged partitions | DLQ by reason | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| scenario | runs | complete | lost runs (events) | duplicate copies | inconsistent numbers | runs with two events under one number "
+        "| runs ended twice | store_lost (accounted) | wedged partitions | runs missing an artefact | worker log | worker CPU | DLQ by reason | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         dlq = ", ".join(f"{k} {n}" for k, n in sorted(r.dlq.items())) or "-"
+        log = "-" if r.usage is None else f"{r.usage.log_bytes:,} B" + (f" (≤ {r.log_budget:,})" if r.log_budget is not None else "")
+        cpu = "-" if r.usage is None else f"{r.usage.cpu_pct:.0f} % ({r.usage.span_s:.0f} s)"
+        artefacts = "-" if r.artefacts_missing is None else str(r.artefacts_missing)
         lines.append(f"| {r.scenario} | {r.runs} | {r.complete} | {r.lost_runs} ({r.lost_events}) | {r.duplicates} | {r.inconsistent} | "
-                     f"{r.refused} | {len(r.wedged)} | {dlq} | {r.verdict} |")
+                     f"{r.renumbered} | {r.ended_twice} | {r.refused} | {len(r.wedged)} | {artefacts} | {log} | {cpu} | {dlq} | {r.verdict} |")
     total = sum(r.runs for r in rows)
     lines.append(f"| **all** | {total} | {sum(r.complete for r in rows)} | {sum(r.lost_runs for r in rows)} ({sum(r.lost_events for r in rows)}) | "
-                 f"{sum(r.duplicates for r in rows)} | {sum(r.inconsistent for r in rows)} | {sum(r.refused for r in rows)} | | "
-                 f"{sum(len(v) for v in seen.dlq.values())} DLQ records in all | |")
+                 f"{sum(r.duplicates for r in rows)} | {sum(r.inconsistent for r in rows)} | {sum(r.renumbered for r in rows)} | "
+                 f"{sum(r.ended_twice for r in rows)} | {sum(r.refused for r in rows)} | | {sum(r.artefacts_missing or 0 for r in rows)} | "
+                 f"{sum(r.usage.log_bytes for r in rows if r.usage):,} B | | {sum(len(v) for v in seen.dlq.values())} DLQ records in all | |")
     lines += ["", "| bad input | must hold | observed | verdict |", "|---|---|---|---|"]
     for case in chaos.bad:
         verdict, observed = verify_bad(case, seen)

@@ -21,12 +21,14 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import MessageSizeTooLargeError
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
+from aiokafka.errors import MessageSizeTooLargeError, TopicAlreadyExistsError
+from redis.asyncio import Redis
 
 from chaos.load import BadCase, Run, bad_cases, make_run, templates
 from chaos.services import Services, Worker
 from reasonwire.contracts import topics
+from reasonwire.contracts.replay import ReplayRequest, ReplayTarget
 
 Fault = Callable[["Chaos"], Awaitable[None]]
 
@@ -39,6 +41,34 @@ class Scenario:
     faults: list[tuple[float, str, Fault]] = field(default_factory=list)
     """(seconds after the load starts, description, action)."""
     notes: list[str] = field(default_factory=list)
+    timeout_s: float = 30.0
+    """The workers' ``RW_INACTIVITY_TIMEOUT_S`` during this scenario (they are restarted with it)."""
+    concurrency: int = 40
+    """Runs open at once in the load (a burst backlog opens all of them together)."""
+    linger_s: float = 0.0
+    """Seconds to wait after the load is consumed: expiry ticks that act late (a stale copy of a
+    run, a thawed worker) get their chance before the next scenario."""
+    check_artefacts: bool = False
+    """At the scenario's end, count its runs whose artefacts are not all in Redis."""
+    log_budget: int | None = None
+    """Bytes of worker log the whole scenario may write (``None``: reported only)."""
+    arrival_s: float | None = None
+    """Record timestamps (CreateTime: when the ingress took each record) spread over this many
+    seconds instead of the send time: a burst that many ingress replicas took in faster than
+    this one producer can publish it."""
+
+
+@dataclass
+class Usage:
+    """What the worker processes (normalizer A, B and the replay worker) spent over one scenario."""
+
+    log_bytes: int
+    cpu_s: float
+    span_s: float
+
+    @property
+    def cpu_pct(self) -> float:
+        return 100 * self.cpu_s / self.span_s if self.span_s else 0.0
 
 
 @dataclass
@@ -61,8 +91,9 @@ class Chaos:
         self.rng = random.Random(seed)
         self.group = f"rw-chaos-{uuid.uuid4().hex[:6]}"
         self.workers = {
-            name: Worker(name, services, self.group, out, health_port=services.redis_port + 3 + i, tree=tree or Path(__file__).resolve().parents[1])
-            for i, name in enumerate(("A", "B"))
+            name: Worker(name, services, self.group, out, health_port=services.redis_port + 3 + i, tree=tree or Path(__file__).resolve().parents[1],
+                         kind="replay" if name == "R" else "normalize")
+            for i, name in enumerate(("A", "B", "R"))
         }
         self.runs: list[Run] = []
         self.bad: list[BadCase] = []
@@ -71,6 +102,11 @@ class Chaos:
         """Raw records the load producer could not publish (their runs then look lost: not the worker's fault)."""
         self.wedged: dict[str, list[int]] = {}
         """Scenario → raw partitions still uncommitted 60 s after its load ended."""
+        self.usage: dict[str, Usage] = {}
+        """Scenario → worker log bytes and CPU over it (load, faults, drain, linger)."""
+        self.artefacts_missing: dict[str, int] = {}
+        """Scenario (``check_artefacts``) → its runs with an artefact no longer in Redis."""
+        self.budgets: dict[str, int] = {}
         self.producer: AIOKafkaProducer | None = None
         self.paused = asyncio.Event()
         self.paused.set()
@@ -88,18 +124,20 @@ class Chaos:
         )
         await self.producer.start()
 
-    async def produce(self, runs: list[Run], seconds: float) -> None:
-        """Interleave the runs' records (each run in order) evenly over ``seconds``."""
+    async def produce(self, runs: list[Run], seconds: float, concurrency: int = 40, arrival_s: float | None = None) -> None:
+        """Interleave the runs' records (each run in order) evenly over ``seconds``, ``concurrency``
+        runs open at a time; with ``arrival_s``, timestamped as taken in over that many seconds."""
         assert self.producer is not None
         queues = [list(r.records) for r in runs]
         total = sum(len(q) for q in queues)
         if not total:
             return
         start, sent, active, cursor = time.monotonic(), 0, [], 0
+        start_ms = int(time.time() * 1000)
         acks: list[asyncio.Future[Any]] = []
         pending = sorted(range(len(queues)), key=lambda i: i)
         while sent < total:
-            while len(active) < 40 and pending:
+            while len(active) < concurrency and pending:
                 active.append(pending.pop(0))
             i = active[cursor % len(active)]
             record = queues[i].pop(0)
@@ -110,7 +148,8 @@ class Chaos:
             await self.paused.wait()
             if len(record.value or b"") > 512 * 1024:  # alone in its batch, as the probe measured it
                 await self.producer.flush()
-            acks.append(await self.producer.send(topics.RAW, record.value, key=record.key, headers=record.headers))
+            stamp = start_ms + int(1000 * arrival_s * sent / total) if arrival_s is not None else None
+            acks.append(await self.producer.send(topics.RAW, record.value, key=record.key, headers=record.headers, timestamp_ms=stamp))
             sent += 1
             ahead = start + seconds * sent / total - time.monotonic()
             if ahead > 0.005:
@@ -121,11 +160,35 @@ class Chaos:
         if failed:
             self.say(f"  the load producer failed to publish {len(failed)} records ({type(failed[0]).__name__})")
 
+    async def replay_requests(self, prefix: str, n: int) -> set[str]:
+        """Publish ``n`` replay requests (threads of runs already done; an empty history: the
+        worker still reads the thread's artefacts from Redis); their request ids."""
+        assert self.producer is not None
+        done = [r for r in self.runs if r.expect == "complete"] or self.runs
+        ids = set()
+        for i in range(n):
+            run = done[i % len(done)]
+            request = ReplayRequest(request_id=f"{prefix}-{uuid.uuid4().hex[:10]}", tenant=run.envelope.tenant,
+                                    thread_id=run.envelope.thread_id, target=ReplayTarget(grammar=run.envelope.grammar), history=[])
+            await self.producer.send(topics.REPLAY_REQUESTS, request.model_dump_json(by_alias=True, exclude_none=True).encode(),
+                                     key=run.envelope.thread_id.encode())
+            ids.add(request.request_id)
+        await self.producer.flush()
+        return ids
+
     async def huge_value_size(self) -> int:
         """The largest value the broker takes on a raw-topic-like topic with a run's headers: its
         dead letter (the same bytes plus a reason header) then does not fit the DLQ."""
         assert self.producer is not None
         headers = make_run(templates()[0], "probe", 0).records[0].headers
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.services.bootstrap)
+        await admin.start()
+        try:  # the broker creates no topic by itself (deploy/services.sh): the broker's defaults, 1 partition
+            await admin.create_topics([NewTopic("chaos.probe", 1, 1)])
+        except TopicAlreadyExistsError:
+            pass
+        finally:
+            await admin.close()
         size = 1_048_576
         while size > 1_000_000:
             try:
@@ -184,14 +247,34 @@ class Chaos:
 
     # -- scenarios ------------------------------------------------------------------------------
 
+    async def configure(self, timeout_s: float) -> None:
+        """Restart the normalizers that run with another inactivity timeout (the paused-worker
+        scenarios use a short one); a stopped worker takes it at its next start."""
+        for name in ("A", "B"):
+            worker = self.workers[name]
+            if worker.timeout_s != timeout_s:
+                worker.timeout_s = timeout_s
+                if worker.alive:
+                    self.say(f"  restarting worker {name} with RW_INACTIVITY_TIMEOUT_S={timeout_s:g}")
+                    await asyncio.to_thread(worker.stop)
+                    await asyncio.to_thread(self.start_worker, name)
+
+    def _spent(self) -> tuple[int, float]:
+        return sum(w.log_bytes() for w in self.workers.values()), sum(w.cpu_total() for w in self.workers.values())
+
     async def run_scenario(self, scenario: Scenario, extra: list[Run] | None = None) -> None:
+        await self.configure(scenario.timeout_s)
+        if not self.workers["A"].alive:
+            await asyncio.to_thread(self.start_worker, "A")
         base = templates()
         runs = [make_run(base[i % len(base)], scenario.name, i) for i in range(max(1, int(scenario.runs * self.scale)))]
         self.rng.shuffle(runs)
         runs += extra or []
         self.runs += runs
         self.say(f"scenario {scenario.name}: {len(runs)} runs, {sum(len(r.records) for r in runs)} records over {scenario.seconds:.0f}s")
-        load = asyncio.create_task(self.produce(runs, scenario.seconds))
+        (logs0, cpu0), t0 = self._spent(), time.monotonic()
+        load = asyncio.create_task(self.produce(runs, scenario.seconds, scenario.concurrency, scenario.arrival_s))
+        load.add_done_callback(lambda _: self.say(f"  load published in {time.monotonic() - t0:.1f}s"))
         start = time.monotonic()
         for at, description, action in scenario.faults:
             await asyncio.sleep(max(0.0, start + at - time.monotonic()))
@@ -201,6 +284,30 @@ class Chaos:
         lag = await self.settle(60)
         self.wedged[scenario.name] = sorted(p for p, n in lag.items() if n)
         self.say(f"  settled: lag {sum(lag.values()) if lag else '?'}")
+        if scenario.linger_s:
+            await asyncio.sleep(scenario.linger_s)
+        (logs1, cpu1), t1 = self._spent(), time.monotonic()
+        self.usage[scenario.name] = Usage(logs1 - logs0, cpu1 - cpu0, t1 - t0)
+        if scenario.log_budget is not None:
+            self.budgets[scenario.name] = scenario.log_budget
+        if scenario.check_artefacts:
+            self.artefacts_missing[scenario.name] = await self.missing_artefacts(runs)
+        for name in ("B", "R"):  # every scenario starts with worker A alone
+            await asyncio.to_thread(self.workers[name].stop)
+
+    async def missing_artefacts(self, runs: list[Run]) -> int:
+        """Runs (finished) with fewer artefacts in Redis than the offline translation stored."""
+        redis = Redis.from_url(self.services.redis_url)
+        missing = 0
+        try:
+            for run in runs:
+                if not run.artefact_keys:
+                    continue
+                present = await redis.exists(*run.artefact_keys)
+                missing += present < len(run.artefact_keys)
+        finally:
+            await redis.aclose()
+        return missing
 
 
 # -- faults -----------------------------------------------------------------------------------------
@@ -308,6 +415,158 @@ def broker_kill(node: int, down_s: float) -> Fault:
     return act
 
 
+def pause(name: str, seconds: float) -> Fault:
+    """SIGSTOP the worker for ``seconds``, then SIGCONT (a GC or VM pause): its clock runs on,
+    its records wait in the partition (issue 24 items 1 and 2)."""
+
+    async def act(chaos: Chaos) -> None:
+        chaos.workers[name].pause()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            chaos.workers[name].resume()
+
+    return act
+
+
+def raw_partitions(total: int) -> Fault:
+    """Add partitions to ``reasoning.raw.v1`` mid-stream and switch the load producer to the new
+    partitioning at once (an ingress whose metadata refreshed; issue 24 item 3). The workers keep
+    their assignment of the old partitions until their own metadata refresh (aiokafka: 5 min), so
+    a run whose new partition is the other worker's is restored there from its journal and
+    finished, while its old owner still holds it in memory; records on the new partitions wait
+    for the rolling restart that follows (:func:`restart`)."""
+
+    async def act(chaos: Chaos) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=chaos.services.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_partitions({topics.RAW: NewPartitions(total_count=total)})
+        finally:
+            await admin.close()
+        assert chaos.producer is not None
+        await chaos.producer.client.force_metadata_update()
+
+    return act
+
+
+def redis_snapshot() -> Fault:
+    """Copy Redis's files now: the older copy a later fault restores."""
+
+    async def act(chaos: Chaos) -> None:
+        await asyncio.to_thread(chaos.services.redis_snapshot, chaos.services.state / "redis-copy")
+
+    return act
+
+
+def redis_restore() -> Fault:
+    """Redis stopped and started again from the older copy (same epoch: looks intact; item 4)."""
+
+    async def act(chaos: Chaos) -> None:
+        await asyncio.to_thread(chaos.services.redis_restore, chaos.services.state / "redis-copy")
+        await asyncio.to_thread(chaos.services.up)
+
+    return act
+
+
+def redis_config(*pairs: str) -> Fault:
+    """``CONFIG SET`` on the running Redis (``appendonly no``; the eviction policy back)."""
+
+    async def act(chaos: Chaos) -> None:
+        chaos.say(f"    CONFIG SET {' '.join(pairs)}: {chaos.services.redis_cli('CONFIG', 'SET', *pairs)}")
+
+    return act
+
+
+def redis_evicting() -> Fault:
+    """``maxmemory-policy volatile-lru`` (a managed-Redis default) and a ``maxmemory`` below what
+    Redis holds now: every write evicts keys with a TTL — artefacts, journals — never the epoch (item 5)."""
+
+    async def act(chaos: Chaos) -> None:
+        info = dict(line.split(":", 1) for line in chaos.services.redis_cli("INFO", "memory").splitlines() if ":" in line)
+        used, startup = int(info["used_memory"]), int(info["used_memory_startup"])
+        limit = startup + max(256 * 1024, (used - startup) // 4)
+        chaos.services.redis_cli("CONFIG", "SET", "maxmemory-policy", "volatile-lru")
+        chaos.services.redis_cli("CONFIG", "SET", "maxmemory", str(limit))
+        chaos.say(f"    maxmemory {limit:,} B (used {used:,} B), volatile-lru")
+
+    return act
+
+
+def redis_not_evicting() -> Fault:
+    """The operator's fix: no limit, ``noeviction``; the worker started again if it had stopped."""
+
+    async def act(chaos: Chaos) -> None:
+        stats = dict(line.split(":", 1) for line in chaos.services.redis_cli("INFO", "stats").splitlines() if ":" in line)
+        chaos.services.redis_cli("CONFIG", "SET", "maxmemory", "0")
+        chaos.services.redis_cli("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        chaos.say(f"    evicted keys so far: {stats.get('evicted_keys', '?').strip()}; policy back to noeviction")
+        if not chaos.workers["A"].alive:
+            await asyncio.to_thread(chaos.start_worker, "A")
+
+    return act
+
+
+def restart(name: str) -> Fault:
+    """SIGTERM and start again (a deploy)."""
+
+    async def act(chaos: Chaos) -> None:
+        await asyncio.to_thread(chaos.workers[name].stop)
+        await asyncio.to_thread(chaos.start_worker, name)
+
+    return act
+
+
+def replay_outage(seconds: float, requests: int) -> Fault:
+    """The replay worker with ``requests`` requests pending while Redis is away ``seconds``: its
+    log bytes and CPU over the window, then every request answered once Redis is back (item 6)."""
+
+    async def act(chaos: Chaos) -> None:
+        worker = chaos.workers["R"]
+        await asyncio.to_thread(chaos.start_worker, "R")
+        replies = AIOKafkaConsumer(bootstrap_servers=chaos.services.bootstrap, group_id=None)
+        await replies.start()
+        try:
+            parts = [TopicPartition(topics.REPLAY_REPLIES, p) for p in sorted(replies.partitions_for_topic(topics.REPLAY_REPLIES) or ())]
+            if not parts:
+                await replies._client.force_metadata_update()  # noqa: SLF001
+                parts = [TopicPartition(topics.REPLAY_REPLIES, p) for p in sorted(replies.partitions_for_topic(topics.REPLAY_REPLIES) or ())]
+            replies.assign(parts)
+            await replies.seek_to_end(*parts)
+            answered: set[str] = set()
+            # a probe answered first: the worker's consumer has its position (a new group reads from the end)
+            probe_deadline = time.monotonic() + 60
+            while time.monotonic() < probe_deadline and not any(r.startswith("probe-") for r in answered):
+                await chaos.replay_requests("probe", 1)
+                answered |= await _replies(replies, 2.0)
+            logs0, cpu0 = worker.log_bytes(), worker.cpu_total()
+            t0 = time.monotonic()
+            await asyncio.to_thread(chaos.services.redis_stop, "save")
+            ids = await chaos.replay_requests("pending", requests)
+            await asyncio.sleep(max(0.0, t0 + seconds - time.monotonic()))
+            logs1, cpu1, t1 = worker.log_bytes(), worker.cpu_total(), time.monotonic()
+            await asyncio.to_thread(chaos.services.up)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not ids <= answered:
+                answered |= await _replies(replies, 1.0)
+        finally:
+            await replies.stop()
+        span = t1 - t0
+        chaos.measures += [
+            Measure(f"replay worker log bytes during a {span:.0f}s Redis outage, {requests} requests pending", f"{logs1 - logs0:,}",
+                    "< 10,240", logs1 - logs0 < 10_240),
+            Measure("replay worker CPU during that outage", f"{100 * (cpu1 - cpu0) / span:.1f} % of a core", "< 5 %", (cpu1 - cpu0) / span < 0.05),
+            Measure("replay requests answered after the outage", f"{len(ids & answered)} of {len(ids)}", "all", ids <= answered),
+        ]
+
+    return act
+
+
+async def _replies(consumer: AIOKafkaConsumer, seconds: float) -> set[str]:
+    batch = await consumer.getmany(timeout_ms=int(seconds * 1000), max_records=5000)
+    return {m.key.decode() for records in batch.values() for m in records if m.key}
+
+
 def cluster_scenarios() -> list[Scenario]:
     """What ``make chaos`` runs on a 3-broker cluster (``--kafka-brokers 3``)."""
     return [
@@ -333,8 +592,54 @@ def scenarios() -> list[Scenario]:
         Scenario("broker_restart", 200, 10, [(4, "broker SIGTERM, restart (ingress paused)", broker_restart())]),
         Scenario("bad_binary", 40, 8),
         Scenario("bad_input", 60, 10),
+        # before redis_lost: for RW_JOURNAL_TTL_S after a store loss the worker resumes only runs
+        # whose journal is whole, which would hide a restored store's old journals (item 4)
+        *issue24_scenarios(),
         Scenario("redis_lost", 200, 20, [(6, "Redis SHUTDOWN NOSAVE with its AOF/RDB deleted (store lost)", redis_stop("lose")),
                                          (8, "Redis up, empty", redis_up())]),
+    ]
+
+
+BUDGET = 65_536
+"""Worker log bytes (every worker process) one issue 24 scenario may write: what its faults and
+the per-record warnings of its fixtures need, with room — a retry loop writes megabytes."""
+
+
+def issue24_scenarios() -> list[Scenario]:
+    """Issue 24's operational events, items 1–6 (each failed on the code of its filing)."""
+    return [
+        # 1. the worker's own delay taken for a silent producer
+        Scenario("paused_worker", 120, 18, [(5, "SIGSTOP worker A for 8 s (RW_INACTIVITY_TIMEOUT_S=4), then SIGCONT", pause("A", 8))],
+                 timeout_s=4, linger_s=6, check_artefacts=True, log_budget=BUDGET),
+        Scenario("burst_backlog", 3000, 3, timeout_s=1, concurrency=3000, arrival_s=1, linger_s=4, check_artefacts=True, log_budget=BUDGET),
+        # 2. a thawed worker acting for runs that moved
+        # (timeout 6 s: its expiry tick, every 1.5 s, then mostly comes before the heartbeat, every
+        # 3 s, that makes the thawed worker rejoin — with 12 s the two tie and the row failed 2 in 4)
+        Scenario("zombie_worker", 160, 44, [(1, "start worker B (both RW_INACTIVITY_TIMEOUT_S=6)", start("B")),
+                                            (16, "SIGSTOP worker A for 25 s (B takes over its partitions), then SIGCONT", pause("A", 25))],
+                 timeout_s=6, linger_s=8, check_artefacts=True, log_budget=BUDGET),
+        # 4. a Redis restored from an older copy, and `appendonly no` followed by a restart
+        Scenario("redis_restored", 150, 16, [(4, "copy Redis's AOF/RDB (the backup)", redis_snapshot()),
+                                             (10, "Redis stopped, started from the copy of 6 s before", redis_restore())],
+                 log_budget=BUDGET),
+        Scenario("redis_aof_off", 150, 16, [(4, "CONFIG SET appendonly no", redis_config("appendonly", "no")),
+                                            (10, "Redis SHUTDOWN and restart (loads the AOF of 6 s before)", redis_stop("save")),
+                                            (10.5, "Redis up", redis_up())], log_budget=BUDGET),
+        # 5. an evicting Redis
+        Scenario("redis_evicting", 200, 24, [(2, "Redis maxmemory-policy volatile-lru, maxmemory below its data", redis_evicting()),
+                                             (9, "restart worker A (SIGTERM, start)", restart("A")),
+                                             (20, "maxmemory 0, noeviction (the operator's fix); worker A started if it stopped",
+                                              redis_not_evicting())],
+                 check_artefacts=True, log_budget=BUDGET),
+        # 6. the replay worker while Redis is away
+        Scenario("replay_outage", 120, 20, [(1, "replay worker up; 40 requests pending while Redis is down 15 s (measured)",
+                                             replay_outage(15, 40))], log_budget=BUDGET),
+        # 3. raw partitions added mid-stream, producers switching (last of these: the raw topic keeps 12 partitions)
+        Scenario("raw_partitions", 200, 24, [(1, "start worker B (both RW_INACTIVITY_TIMEOUT_S=8)", start("B")),
+                                             (12, "raw 8 → 12 partitions, the load producer switched at once", raw_partitions(12)),
+                                             (28, "rolling restart: worker A (its metadata now has 12 partitions)", restart("A")),
+                                             (29, "rolling restart: worker B", restart("B"))],
+                 timeout_s=8, linger_s=10, check_artefacts=True, log_budget=BUDGET),
     ]
 
 
@@ -397,14 +702,32 @@ class Row:
     lost_events: int = 0
     duplicates: int = 0
     inconsistent: int = 0
+    renumbered: int = 0
+    """Runs with two different events under one ``rw-event-seq`` (a consumer de-duplicating by
+    (run, seq) throws one of them away)."""
+    ended_twice: int = 0
+    """Runs with two different terminal events (``RUN_FINISHED`` / ``RUN_ERROR``)."""
     refused: int = 0
     """Runs whose journal vanished with the store: dead-lettered ``store_lost``, accounted for."""
     dlq: Counter[str] = field(default_factory=Counter)
     wedged: list[int] = field(default_factory=list)
+    artefacts_missing: int | None = None
+    """Finished runs with an artefact gone from Redis (scenarios that check it)."""
+    usage: Usage | None = None
+    log_budget: int | None = None
+
+    @property
+    def over_budget(self) -> bool:
+        return self.log_budget is not None and self.usage is not None and self.usage.log_bytes > self.log_budget
 
     @property
     def verdict(self) -> str:
-        return "PASS" if self.lost_runs == 0 and self.inconsistent == 0 and not self.wedged else "FAIL"
+        ok = (self.lost_runs == 0 and self.inconsistent == 0 and self.renumbered == 0 and self.ended_twice == 0 and not self.wedged
+              and not self.artefacts_missing and not self.over_budget)
+        return "PASS" if ok else "FAIL"
+
+
+TERMINAL = ("RUN_FINISHED", "RUN_ERROR")
 
 
 def _reason(reason: str) -> str:
@@ -414,13 +737,19 @@ def _reason(reason: str) -> str:
 
 
 def check_run(run: Run, seen: Observed, row: Row) -> tuple[int, int, int, bool]:
-    """(lost events, duplicate copies, inconsistent numbers, complete) of one run."""
+    """(lost events, duplicate copies, inconsistent numbers, complete) of one run; counts the run
+    in ``row.renumbered`` / ``row.ended_twice`` when it has two different events under one
+    number / two different terminal events."""
     by_seq = seen.events.get(run.run_id, {})
     lost = duplicates = inconsistent = 0
+    terminals: set[bytes] = set()
+    renumbered = False
     for seq, copies in by_seq.items():
         distinct = {orjson.dumps(orjson.loads(c), option=orjson.OPT_SORT_KEYS) for c in copies}
+        terminals |= {d for d in distinct if orjson.loads(d).get("type") in TERMINAL}
         duplicates += len(copies) - 1
         if len(distinct) > 1:
+            renumbered = True
             inconsistent += 1
         elif seq < len(run.reference):
             if orjson.loads(copies[0]) != run.reference[seq]:
@@ -430,6 +759,8 @@ def check_run(run: Run, seen: Observed, row: Row) -> tuple[int, int, int, bool]:
     for seq in range(len(run.reference)):
         if seq not in by_seq:
             lost += 1
+    row.renumbered += renumbered
+    row.ended_twice += len(terminals) > 1
     return lost, duplicates, inconsistent, lost == 0 and inconsistent == 0
 
 
@@ -438,7 +769,9 @@ def verify(chaos: Chaos, seen: Observed, diagnostics: list[str]) -> list[Row]:
     for run in chaos.runs:
         if run.expect != "complete":
             continue
-        row = rows.setdefault(run.scenario, Row(run.scenario, wedged=chaos.wedged.get(run.scenario, [])))
+        row = rows.setdefault(run.scenario, Row(run.scenario, wedged=chaos.wedged.get(run.scenario, []),
+                                                artefacts_missing=chaos.artefacts_missing.get(run.scenario),
+                                                usage=chaos.usage.get(run.scenario), log_budget=chaos.budgets.get(run.scenario)))
         row.runs += 1
         reasons = [_reason(r) for _, r in seen.dlq.get(run.run_id.encode(), [])]
         row.dlq.update(reasons)
@@ -505,17 +838,28 @@ def verify_bad(case: BadCase, seen: Observed) -> tuple[str, str]:
 
 
 def scan_logs(chaos: Chaos) -> tuple[int, int]:
-    """(opaque values found in any worker log, values checked): full values and 16-byte chunks."""
+    """(opaque values found in any worker log, values checked): full values and 16-byte chunks.
+
+    One pass over the logs with every 16-byte chunk in a dict (a worker that floods its log —
+    the replay worker before issue 24 wrote 15 MB in a 15 s outage — made a search per chunk
+    take many minutes); values shorter than 16 bytes are searched for whole."""
     text = b"".join(p.read_bytes() for w in chaos.workers.values() for p in w.logs if p.exists())
-    found = checked = 0
+    owner: dict[bytes, int] = {}
+    short: list[tuple[bytes, int]] = []
+    checked = 0
     for run in chaos.runs + [c.run for c in chaos.bad]:
         for secret in run.secrets:
-            checked += 1
             raw = secret.encode()
-            chunks = [raw[i : i + 16] for i in range(0, max(1, len(raw) - 15), 16)] if len(raw) >= 16 else [raw]
-            if any(chunk in text for chunk in chunks):
-                found += 1
-    return found, checked
+            if len(raw) >= 16:
+                for i in range(0, max(1, len(raw) - 15), 16):
+                    owner.setdefault(raw[i : i + 16], checked)
+            else:
+                short.append((raw, checked))
+            checked += 1
+    found = {n for raw, n in short if raw in text}
+    if owner:
+        found |= {owner[c] for c in (text[i : i + 16] for i in range(len(text) - 15)) if c in owner}
+    return len(found), checked
 
 
 def machine() -> str:

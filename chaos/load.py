@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from reasonwire.contracts.store import artefact_key, artefact_slot
 from reasonwire.contracts.envelope import HEADER_CONTROL, HEADER_PROVIDER, HEADER_RUN_ID, HEADER_SEQ, Control
 from reasonwire.workers.core.wire import event_json
 from reasonwire.workers.ingress import OutgoingRecord, RunEnvelope, raw_records
@@ -53,6 +54,8 @@ class Run:
     """The run's opaque values (the rewritten windows are unique to this run)."""
     expect: str = "complete"
     """``complete``: the reference, whole. Bad-input rows say what they expect themselves."""
+    artefact_keys: list[str] = field(default_factory=list)
+    """The Redis keys of the run's artefacts once it finished (an evicting Redis loses some)."""
 
     @property
     def run_id(self) -> str:
@@ -87,7 +90,8 @@ def make_run(template: Template, scenario: str, index: int, *, tenant: str = "ch
     events = [ProviderEvent(e.line, _rewrite(e.data, rewrites), e.sse_event) for e in template.events]
     records = list(raw_records(envelope, events))
     reference, artefacts = _translate(envelope, events)
-    return Run(scenario, envelope, records, reference, secrets=sorted({a.value for a in artefacts}))
+    keys = sorted({artefact_key(envelope.tenant, envelope.thread_id, artefact_slot(a.entity_id, a.native.position)) for a in artefacts})
+    return Run(scenario, envelope, records, reference, secrets=sorted({a.value for a in artefacts}), artefact_keys=keys)
 
 
 def reference_of(envelope: RunEnvelope, records: list[OutgoingRecord]) -> list[dict[str, Any]]:

@@ -1,6 +1,8 @@
 """The chaos run's own Kafka and Redis (``deploy/services.sh`` on their own ports and state dir),
-the worker processes, and the faults: SIGKILL, Redis shutdown with / without save or with its
-files gone, broker restart. Only processes this harness started are signalled, by pid."""
+the worker processes, and the faults: SIGKILL, SIGSTOP / SIGCONT (a paused worker), Redis
+shutdown with / without save, with its files gone or replaced by an older copy, Redis
+configuration changes (``appendonly no``, an evicting policy), broker restart. Only processes
+this harness started are signalled, by pid."""
 
 from __future__ import annotations
 
@@ -96,6 +98,26 @@ class Services:
                 target = self.state / "redis" / name
                 shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
 
+    def redis_snapshot(self, dest: Path) -> None:
+        """Copy Redis's files as they are now (``appendfsync always``: the AOF on disk is the data):
+        the "backup" or lagging copy that :meth:`redis_restore` brings back later."""
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        for name in ("appendonlydir", "dump.rdb"):
+            source = self.state / "redis" / name
+            if source.is_dir():
+                shutil.copytree(source, dest / name)
+            elif source.exists():
+                shutil.copy2(source, dest / name)
+
+    def redis_restore(self, source: Path) -> None:
+        """Redis stopped (``SHUTDOWN NOSAVE``) and its files replaced by an older copy (a backup
+        restored, an AOF from an hour ago, a lagging replica promoted); started again by ``up``."""
+        self.redis_stop("lose")
+        for item in source.iterdir():
+            target = self.state / "redis" / item.name
+            shutil.copytree(item, target) if item.is_dir() else shutil.copy2(item, target)
+
     def kafka_stop(self) -> None:
         """A graceful broker stop (SIGTERM), keeping its data."""
         path = self.state / "kafka" / "kafka.pid"
@@ -118,7 +140,7 @@ def _wait_gone(pid: int | None, timeout: float = 30) -> None:
 
 @dataclass
 class Worker:
-    """``reasonwire worker normalize`` as its own process, logging to a file."""
+    """``reasonwire worker normalize`` (or ``replay``) as its own process, logging to a file."""
 
     name: str
     services: Services
@@ -127,9 +149,15 @@ class Worker:
     health_port: int
     tree: Path = ROOT
     """Where the worker's code comes from (``--worker-tree``: e.g. an export of an older commit, for a before/after)."""
+    kind: str = "normalize"
+    timeout_s: float = 30.0
+    """``RW_INACTIVITY_TIMEOUT_S`` of the next start (30 s: shorter than the broker restart, so the
+    expiry guard is exercised; the paused-worker scenarios use 4 s and 12 s)."""
     proc: subprocess.Popen[bytes] | None = None
     logs: list[Path] = field(default_factory=list)
     starts: int = 0
+    cpu_done: float = 0.0
+    """CPU seconds of this worker's earlier processes (read before each was killed or stopped)."""
 
     def start(self) -> None:
         self.starts += 1
@@ -140,16 +168,17 @@ class Worker:
             "KAFKA_BOOTSTRAP_SERVERS": self.services.bootstrap,
             "REDIS_URL": self.services.redis_url,
             "RW_GROUP_ID": self.group,
+            "RW_REPLAY_GROUP_ID": f"{self.group}-replay",
             "RW_PARTITIONS": "8",
             "RW_CREATE_TOPICS": "true",  # the chaos run's own broker: the worker creates what the plan lists
-            "RW_INACTIVITY_TIMEOUT_S": "30",  # shorter than the broker restart: the expiry guard is exercised
+            "RW_INACTIVITY_TIMEOUT_S": f"{self.timeout_s:g}",
             "RW_HEALTH_PORT": str(self.health_port),
             "OTEL_TRACES_EXPORTER": "none",
             "OTEL_METRICS_EXPORTER": "none",
         }
         out = log.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "reasonwire.workers.cli", "worker", "normalize"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=self.tree
+            [sys.executable, "-m", "reasonwire.workers.cli", "worker", self.kind], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=self.tree
         )
         out.close()
 
@@ -172,25 +201,52 @@ class Worker:
     def kill(self) -> None:
         if self.alive:
             assert self.proc is not None
+            self.cpu_done += self._cpu_now()
+            self.proc.send_signal(signal.SIGCONT)  # a paused worker too
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
     def stop(self) -> None:
         if self.alive:
             assert self.proc is not None
+            self.proc.send_signal(signal.SIGCONT)  # a paused worker too
+            cpu = self._cpu_now()
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.kill()
+            else:
+                self.cpu_done += cpu
+
+    def pause(self) -> None:
+        """SIGSTOP: a GC or VM pause, a debugger — the process holds its state and its clock runs on."""
+        if self.alive:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.alive:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGCONT)
+
+    def _cpu_now(self) -> float:
+        """user + system CPU of the current process so far (from /proc; 0 if it is gone)."""
+        if self.proc is None:
+            return 0.0
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def cpu_seconds(self) -> float:
         """user + system CPU of the worker process so far (from /proc)."""
-        if not self.alive:
-            return 0.0
-        assert self.proc is not None
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return self._cpu_now() if self.alive else 0.0
+
+    def cpu_total(self) -> float:
+        """CPU seconds of every process of this worker so far: a scenario's CPU across restarts."""
+        return self.cpu_done + (self._cpu_now() if self.alive else 0.0)
 
     def log_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.logs if p.exists())

@@ -19,7 +19,9 @@
 # exports KAFKA_BOOTSTRAP_SERVERS and REDIS_URL into the calling shell.
 #
 # If KAFKA_BOOTSTRAP_SERVERS / REDIS_URL are already set, `up` does not start that
-# service (the caller supplies it) and echoes the caller's value back.
+# service (the caller supplies it) and echoes the caller's value back — except a REDIS_URL
+# with a password, which is never printed (issue 23 item 12): it stays in the caller's
+# environment, and every message shows it as redis://user:***@host….
 # See deploy/README.md for every variable, port and path.
 set -euo pipefail
 
@@ -52,6 +54,12 @@ REDIS_PID="$REDIS_DIR/redis.pid"
 REDIS_LOG="$REDIS_DIR/redis.log"
 
 log() { printf '[services] %s\n' "$*" >&2; }
+
+# redact_url URL: URL with its password (userinfo or ?password=) replaced by ***, for any
+# message: a secret never reaches the terminal or a CI log (issue 23 item 12).
+redact_url() {
+    sed -E -e 's#^([A-Za-z][A-Za-z0-9+.-]*://)([^:@/]*):[^@/]*@#\1\2:***@#' -e 's#([?&]password=)[^&]*#\1***#' <<<"$1"
+}
 die() { log "ERROR: $*"; exit 1; }
 
 # --------------------------------------------------------------------------- helpers
@@ -221,7 +229,7 @@ ensure_kafka_libs() {
 
 redis_up() {
     if [[ -n "${REDIS_URL:-}" ]]; then
-        log "Redis: REDIS_URL is set by the caller ($REDIS_URL); not starting Redis"
+        log "Redis: REDIS_URL is set by the caller ($(redact_url "$REDIS_URL")); not starting Redis"
         return 0
     fi
     if pid_running "$REDIS_PID" redis-server; then
@@ -277,7 +285,9 @@ inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 log.dirs=$KAFKA_DATA
 num.partitions=4
-auto.create.topics.enable=true
+# Topics only as the plan has them (reasonwire topics apply, RW_CREATE_TOPICS=true): a producer
+# that wrote first once created reasoning.raw.v1 with num.partitions (issue 24).
+auto.create.topics.enable=false
 offsets.topic.replication.factor=1
 transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
@@ -428,7 +438,13 @@ kafka_down() {
 
 print_env() {
     printf 'KAFKA_BOOTSTRAP_SERVERS=%s\n' "${KAFKA_BOOTSTRAP_SERVERS:-$HOST:$KAFKA_PORT}"
-    printf 'REDIS_URL=%s\n' "${REDIS_URL:-redis://$HOST:$REDIS_PORT/0}"
+    local url="${REDIS_URL:-redis://$HOST:$REDIS_PORT/0}"
+    if [[ "$(redact_url "$url")" != "$url" ]]; then
+        # the caller's, with a password: already in its environment; never on the terminal
+        log "Redis: REDIS_URL (yours, with a password) not printed: $(redact_url "$url")"
+    else
+        printf 'REDIS_URL=%s\n' "$url"
+    fi
 }
 
 lock_state() {
@@ -472,7 +488,7 @@ cmd_down() {
 status_one() {
     local name="$1" pidfile="$2" pattern="$3" port="$4" supplied="$5"
     if [[ -n "$supplied" ]]; then
-        printf '%-6s supplied by caller: %s\n' "$name" "$supplied"
+        printf '%-6s supplied by caller: %s\n' "$name" "$(redact_url "$supplied")"
         return 0
     fi
     if pid_running "$pidfile" "$pattern" && pid_listens "$(pid_of "$pidfile")" "$port"; then

@@ -7,8 +7,10 @@ no request can reach another tenant's state), replay, publish the
 :class:`~reasonwire.contracts.replay.ReplayReply` to ``reply_to`` (default
 ``reasoning.replay.replies.v1``) keyed by ``request_id``, then commit. A bad
 request or a replay that fails before the call is answered with ``ok: false``
-and a code, never dropped; only an infrastructure failure (Redis, the broker)
-raises, so the request is retried (``AckPolicy.NACK_ON_ERROR``). Requests are
+and a code, never dropped; an infrastructure failure (Redis, the broker) is
+retried in place with a jittered backoff, logging state changes only
+(:class:`~reasonwire.workers.retry.Retrying`, issue 24 item 6: a NACK redelivered
+at once, thousands of times a second with a traceback each). Requests are
 read from the group's committed offset, or from the end for a new group: a
 caller waits for its reply, and answering requests nobody waits for any more
 helps no one.
@@ -31,11 +33,12 @@ from reasonwire.contracts.artefacts import ArtefactRecord
 from reasonwire.contracts.replay import ReplayIssue, ReplayReply, ReplayRequest
 from reasonwire.contracts.topic_plan import plan
 from reasonwire.workers import topics_admin
-from reasonwire.workers.health import HealthServer, wait_for_topics
+from reasonwire.workers.health import HealthServer, install_log_throttle, wait_for_topics
 from reasonwire.workers.kafka_security import broker_security, servers
 from reasonwire.workers.redis_connect import connect
 from reasonwire.workers.replay import ReplayError, read_history, replay
 from reasonwire.workers.replay.sources import read_thread
+from reasonwire.workers.retry import Retrying
 from reasonwire.workers.settings import WorkerSettings
 from reasonwire.workers.store import ArtefactStore
 from reasonwire.workers.telemetry import Telemetry, setup_telemetry
@@ -97,11 +100,20 @@ def reply_for(request: ReplayRequest, artefacts: list[ArtefactRecord]) -> Replay
 class ReplayWorker:
     """Answers replay requests from one process."""
 
-    def __init__(self, broker: KafkaBroker, store: ArtefactStore, metrics: ReplayTelemetry | None = None) -> None:
+    def __init__(
+        self, broker: KafkaBroker, store: ArtefactStore, metrics: ReplayTelemetry | None = None, *, retrying: Retrying | None = None
+    ) -> None:
         self.broker = broker
         self.store = store
         self.metrics = metrics
         self.stats: dict[str, int] = {"requests": 0, "refused": 0}
+        self.retrying = retrying or Retrying(log)
+
+    async def answer(self, raw: bytes) -> ReplayReply:
+        """:meth:`handle`, an infrastructure failure retried in place with backoff until it goes
+        through: the request keeps its place (nothing redelivered, no tight loop) and the log
+        says ``degraded`` / ``recovered`` once."""
+        return await self.retrying.run(lambda: self.handle(raw))
 
     async def handle(self, raw: bytes) -> ReplayReply:
         parsed = parse_request(raw)
@@ -139,9 +151,11 @@ async def ensure_replay_topics(settings: WorkerSettings) -> None:
     await topics_admin.ensure(settings.kafka_bootstrap_servers, specs, create=topics_admin.create_enabled())
 
 
-async def replay_readiness(broker: KafkaBroker, store: ArtefactStore) -> dict[str, Any]:
-    """``/readyz`` of a replay worker: Redis answers ``PING`` and the broker answers a ping."""
+async def replay_readiness(broker: KafkaBroker, store: ArtefactStore, worker: ReplayWorker | None = None) -> dict[str, Any]:
+    """``/readyz`` of a replay worker: Redis answers ``PING``, the broker answers a ping and no
+    request is being retried."""
     body: dict[str, Any] = {}
+    degraded = worker.retrying.degraded if worker is not None else None
     try:
         await asyncio.wait_for(store.redis.ping(), 1.0)
         body["redis"] = "ok"
@@ -151,7 +165,8 @@ async def replay_readiness(broker: KafkaBroker, store: ArtefactStore) -> dict[st
         body["kafka"] = "ok" if await asyncio.wait_for(broker.ping(timeout=2.0), 3.0) else "unreachable"
     except Exception as exc:
         body["kafka"] = type(exc).__name__
-    body["ready"] = body["redis"] == "ok" and body["kafka"] == "ok"
+    body["degraded"] = degraded
+    body["ready"] = body["redis"] == "ok" and body["kafka"] == "ok" and degraded is None
     return body
 
 
@@ -161,7 +176,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
     metrics = ReplayTelemetry(telemetry)
     broker = KafkaBroker(servers(settings.kafka_bootstrap_servers), acks="all", enable_idempotence=True, security=broker_security())
     store = ArtefactStore(connect(settings.redis_url), artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
-    worker = ReplayWorker(broker, store, metrics)
+    worker = ReplayWorker(broker, store, metrics, retrying=Retrying(log, initial_s=settings.backoff_initial_s, cap_s=settings.backoff_max_s))
 
     @broker.subscriber(
         topics.REPLAY_REQUESTS,
@@ -170,7 +185,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         ack_policy=AckPolicy.NACK_ON_ERROR,
     )
     async def on_request(body: Any, msg: KafkaMessage) -> None:
-        await worker.handle(msg.body)  # the raw bytes: the contract is validated here, not by FastStream
+        await worker.answer(msg.body)  # the raw bytes: the contract is validated here, not by FastStream
 
     app = FastStream(broker, logger=log)
 
@@ -179,7 +194,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
     @app.on_startup
     async def _topics() -> None:
         if settings.health_port:  # the same probes as the normalizer's (deploy/helm: liveness, readiness), and /metrics
-            health["server"] = HealthServer(lambda: replay_readiness(broker, store), port=settings.health_port, metrics=telemetry.scrape)
+            health["server"] = HealthServer(lambda: replay_readiness(broker, store, worker), port=settings.health_port, metrics=telemetry.scrape)
             await health["server"].start()
         await wait_for_topics(lambda: ensure_replay_topics(settings), health.get("server"))  # missing: not ready, wait (issue 23 item 2)
 
@@ -195,6 +210,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
 def run(settings: WorkerSettings | None = None) -> None:
     """``reasonwire worker replay``: run until SIGINT/SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    install_log_throttle()  # aiokafka logs every failed connection attempt (as the normalizer, issue 24 item 6)
     app, _ = create_app(settings)
     with topics_admin.start_failures(log):
         asyncio.run(app.run())

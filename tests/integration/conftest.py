@@ -33,6 +33,7 @@ from reasonwire.contracts import topics
 from tests.integration.service_choice import ServiceChoiceError, choose, docker_answers
 from reasonwire.workers.ingress import OutgoingRecord
 from reasonwire.workers.normalize import ensure_topics
+from reasonwire.workers.replay_worker import ensure_replay_topics
 from reasonwire.workers.redis_connect import connect
 from reasonwire.workers.settings import WorkerSettings
 from reasonwire.workers.store import EPOCH_KEY, ArtefactStore
@@ -129,11 +130,13 @@ def settings(services: dict[str, str]) -> WorkerSettings:
 
 @pytest.fixture(scope="session")
 def primed_group(settings: WorkerSettings) -> WorkerSettings:
-    """Create the topics and start the test group at the raw topic's current end, so a
-    broker reused across sessions does not replay earlier sessions' records."""
+    """Create the topics (every topic of the plan: the broker creates none by itself, issue 24)
+    and start the test group at the raw topic's current end, so a broker reused across
+    sessions does not replay earlier sessions' records."""
 
     async def prime() -> None:
         partitions = await ensure_topics(settings)
+        await ensure_replay_topics(settings)
         consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers, group_id=settings.group_id, enable_auto_commit=False)
         await consumer.start()
         try:

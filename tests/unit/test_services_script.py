@@ -208,3 +208,50 @@ def test_down_with_nothing_running_is_a_clean_no_op(tmp_path: Path) -> None:
     out = subprocess.run(["bash", str(SERVICES), "down"], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "Kafka: not running" in out.stderr and "Redis: not running" in out.stderr
+
+
+# ------------------------------------------------------------------ topics and secrets
+
+
+@pytest.mark.parametrize("script", ["services", "cluster"])
+def test_the_broker_never_creates_a_topic_by_itself_issue24(tmp_path: Path, script: str) -> None:
+    """Issue 24: a producer that wrote before ``topics apply`` got reasoning.raw.v1 with the broker's
+    4 partitions. The server.properties each script writes (single node and cluster) say no."""
+    if script == "services":
+        out = bash("write_kafka_conf; cat \"$KAFKA_CONF\"", clean_env(tmp_path))
+    else:
+        cluster = ROOT / "deploy" / "cluster.sh"
+        out = subprocess.run(["bash", "-c", f'source "{cluster}"\nkcluster_conf 1 3; cat "$KCLUSTER_DIR/node-1/server.properties"'],
+                             capture_output=True, text=True, env=clean_env(tmp_path), timeout=60)
+    assert out.returncode == 0, out.stderr
+    settings = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line and not line.startswith("#"))
+    assert settings["auto.create.topics.enable"] == "false"
+
+
+SECRET = "s3cr3t-Pa55"
+
+
+@pytest.mark.parametrize("url", [f"redis://:{SECRET}@10.0.0.1:6379/0", f"rediss://app:{SECRET}@cache.example:6380/2",
+                                 f"redis://10.0.0.1:6379/0?password={SECRET}"])
+def test_a_redis_password_is_never_printed_issue23_item12(tmp_path: Path, url: str) -> None:
+    """Issue 23 item 12: ``up`` echoed the caller's REDIS_URL, password and all, and ``status`` and
+    the progress line named it too. Each now shows it as ``…:***@…``; the URL itself stays in the
+    caller's environment (with-services.sh hands it to its command unchanged)."""
+    env = clean_env(tmp_path, REDIS_URL=url, KAFKA_BOOTSTRAP_SERVERS="10.0.0.1:9092")
+    status = subprocess.run(["bash", str(SERVICES), "status", "redis"], capture_output=True, text=True, env=env, timeout=60)
+    up = bash("redis_up; print_env", env)
+    env.pop("RW_STATE")
+    run = subprocess.run(["bash", str(WITH_SERVICES), "bash", "-c", 'test "$REDIS_URL" = "$0"', url],
+                         capture_output=True, text=True, env={**env, "TMPDIR": str(tmp_path)}, timeout=60)
+    for out in (status, up, run):
+        assert out.returncode == 0, out.stderr
+        assert SECRET not in out.stdout + out.stderr
+    assert "***" in status.stdout and "***" in up.stderr
+    assert "REDIS_URL=" not in up.stdout  # nothing to eval: the caller has it already
+    assert up.stdout == "KAFKA_BOOTSTRAP_SERVERS=10.0.0.1:9092\n"
+
+
+def test_a_redis_url_without_a_password_is_still_echoed(tmp_path: Path) -> None:
+    env = clean_env(tmp_path, REDIS_URL="redis://10.0.0.1:6379/0", KAFKA_BOOTSTRAP_SERVERS="10.0.0.1:9092")
+    out = bash("print_env", env)
+    assert out.stdout == "KAFKA_BOOTSTRAP_SERVERS=10.0.0.1:9092\nREDIS_URL=redis://10.0.0.1:6379/0\n"
