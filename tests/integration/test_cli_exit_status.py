@@ -60,7 +60,10 @@ def test_status_2_a_taken_gateway_port_is_one_line_and_no_gateway_on_issue23_ite
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        done = run("gateway", "--port", str(port), env=service_env(primed_group, RW_GATEWAY_KEYS='{"keys": []}'), timeout=90)
+        # RW_CREATE_TOPICS: the run-request topic is checked before the port; this test is about the port
+        # and must not depend on another test having created the topic
+        env = service_env(primed_group, RW_GATEWAY_KEYS='{"keys": []}', RW_CREATE_TOPICS="true")
+        done = run("gateway", "--port", str(port), env=env, timeout=90)
     err = done.stderr.decode()
     no_noise(err)
     assert done.returncode == 2
