@@ -1,19 +1,17 @@
 """The normalizer worker: ``reasoning.raw.v1`` → translators → Redis and downstream topics.
 
-A thin FastStream adapter around :class:`reasonwire.workers.core.normalizer.Normalizer`; every
-decision lives there. Per poll (a batch of raw records): route and translate
-each record, write artefacts and journal entries in one Redis transaction,
-publish the outputs and wait for the broker's acknowledgement, close the runs
-that ended (journal dropped, ended marker set), then commit the poll's offsets
-(``AckPolicy.MANUAL``: the worker commits explicit offsets itself). Polls are
-pipelined — the next poll is stepped while the previous ones' writes are in
-flight (``RW_MAX_IN_FLIGHT``) — but each poll's effects keep that order and
-polls commit in order, so offsets are committed only after a record's outputs
-and Redis writes are done: at least once. An infrastructure failure rewinds
-every partition in flight to its first uncommitted record and retries; bad
-input never raises — it is dead-lettered. Each poll is traced and counted by
-:mod:`reasonwire.workers.telemetry.normalizer`, whose guards keep content out of spans,
-metrics and logs (P8, docs/telemetry.md).
+A thin FastStream adapter around two sans-I/O objects that make every decision: the core
+(:class:`reasonwire.workers.core.normalizer.Normalizer`: what each record means) and the
+delivery machine (:class:`reasonwire.workers.core.delivery_machine.DeliveryMachine`: what to
+read, send, write, close, commit or rewind, and when — at least once, one number one event,
+docs/operations.md "Delivery and recovery"). The adapter feeds the machine each poll and the
+outcome of each action, and performs the actions it returns: journal reads, writes and ended
+markers against :class:`~reasonwire.workers.store.ArtefactStore`, sends through
+:class:`~reasonwire.workers.outbox.Outbox`, commits and seeks on the subscriber's consumer
+(``AckPolicy.MANUAL``). What only a process can know stays here: the broker's high watermarks
+(the machine's stream clock), event-loop stalls, the backoff after a failure and the health it
+reports, logs, and the traces of :mod:`reasonwire.workers.telemetry.normalizer`, whose guards
+keep content out of spans, metrics and logs (P8, docs/telemetry.md).
 """
 
 from __future__ import annotations
@@ -476,6 +474,22 @@ class NormalizerWorker:
             "lag": {str(p): n for p, n in sorted(self.health_metrics.lag.items())},
         }
 
+    async def adopt_committed_witness(self) -> None:
+        """Partitions were assigned: raise the store's witness to the highest write count the
+        group's commits carry for its epoch. At start-up the worker reads them once; a worker
+        that has been running since then knows only the counts its own writes saw, so a store
+        restored to a copy taken after its last write — but before the writes of a worker that
+        died and whose partitions it now takes over — would pass (issue 24). One admin request
+        per rebalance; if it fails, the check waits for the worker's own writes, as before."""
+        try:
+            _, counts = await asyncio.wait_for(committed_witness(self.settings), 5.0)
+        except Exception as exc:
+            log.info("could not read the group's committed store write counts (%s)", type(exc).__name__)
+            return
+        witness = self.store.witness
+        if witness.epoch is not None:
+            witness.saw(counts.get(witness.epoch))
+
     async def start_outbox(self) -> None:
         """The producer's partitions of every output topic, read once (a run keeps its partition)."""
         assert self.producer is not None
@@ -494,7 +508,10 @@ class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]
             await self.worker.forget(list(revoked))
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        """Nothing to do: runs are restored lazily from their journal on their next record."""
+        """Runs are restored lazily from their journal on their next record; before that, the
+        store's write count is judged against what the group committed (:meth:`NormalizerWorker.adopt_committed_witness`)."""
+        if self.worker is not None and assigned:
+            await self.worker.adopt_committed_witness()
 
 
 async def ensure_topics(settings: WorkerSettings) -> dict[str, int]:
