@@ -235,8 +235,10 @@ class NormalizerWorker:
             self._take(self._failed(action, exc))
         else:
             self._take(self.machine.done(action))
-            if isinstance(action, Commit) and not action.membership:
-                self._note_success(action.offsets)
+            # a commit or an idle probe that returns after a later action failed does not clear
+            # the degraded state: that failure's backoff stands (chaos row "/readyz after Redis is back")
+            if not self.machine.failing and (isinstance(action, Commit) and not action.membership or isinstance(action, Probe) and action.flight == 0):
+                self._note_success(action.offsets if isinstance(action, Commit) else {})
 
     async def _io(self, action: Action) -> None:
         if isinstance(action, Write):
@@ -435,6 +437,8 @@ class NormalizerWorker:
             self._healthy_since = None
         elif self._healthy_since is None and not self.degradation.degraded:
             self._healthy_since = time.monotonic()
+        elif self.degradation.degraded and asyncio.get_running_loop().time() >= self._retry_at:
+            self._take(self.machine.probe_when_idle())  # idle after a store failure: no poll will clear it
         self._log(self.degradation.summary(asyncio.get_running_loop().time()))
 
     async def broker_answers(self) -> str:

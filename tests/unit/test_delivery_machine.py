@@ -272,3 +272,21 @@ def test_a_poll_reads_only_the_journals_of_runs_it_does_not_hold() -> None:
     while io := [a for a in actions if isinstance(a, (Write, Send, Close, Commit))]:
         actions = [x for a in io for x in machine.done(a)]
     assert not _of(machine.poll(records[4:9], {}), ReadJournals)
+
+
+def test_an_idle_worker_probes_the_store_after_a_failure_no_record_will_redo() -> None:
+    """An expiry's write failed and no traffic follows: the machine offers a probe of no flight
+    (once at a time); when it goes through, the store is taken to write again."""
+    machine = _machine()
+    _held(machine, _records("idle")[:2])
+    [member] = machine.tick(now=1e9, timeout_s=1.0)
+    [write] = _of(machine.done(member), Write)
+    machine.failed(write, Failure.OUTAGE)
+    assert machine.settled and machine.probing_store
+    [probe] = machine.probe_when_idle()
+    assert isinstance(probe, Probe) and probe.flight == 0 and machine.probe_when_idle() == []
+    assert machine.failed(probe, Failure.OUTAGE) == [] and not machine.failing
+    [probe] = machine.probe_when_idle()
+    machine.done(probe)
+    assert not machine.probing_store and machine.probe_when_idle() == []
+    assert _of(machine.tick(now=1e9, timeout_s=1.0), Commit), "the held-back expiry goes out again"

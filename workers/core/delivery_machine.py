@@ -242,6 +242,7 @@ class DeliveryMachine:
         self._revoking: set[int] | None = None
         self._stalled = False
         self._recovering = False
+        self._idle_probe = False
         self.closing = False
 
     # -- what the adapter asks --------------------------------------------------------------
@@ -254,6 +255,11 @@ class DeliveryMachine:
             and self._member_check is None and self._in_flight() < self.max_in_flight
             and all(f.stepped for f in self._flights)  # a poll waiting for a journal or a probe keeps its runs in order
         )
+
+    @property
+    def probing_store(self) -> bool:
+        """The last failure was the store's and no write has gone through since."""
+        return self._probe_store
 
     @property
     def settled(self) -> bool:
@@ -318,6 +324,7 @@ class DeliveryMachine:
         out: list[Action] = []
         if isinstance(action, Probe):
             self._probe_store = False
+            self._idle_probe = self._idle_probe and action.flight != 0
             flight = self._flight(action.flight)
             if flight is not None and self._failure is None:
                 flight.probing = False
@@ -350,6 +357,9 @@ class DeliveryMachine:
         self._outstanding -= 1
         if isinstance(action, Commit) and action.membership:
             return self._membership_refused() + self._progress()
+        if isinstance(action, Probe) and action.flight == 0:  # the idle probe: nothing to redo
+            self._idle_probe = False
+            return []
         if isinstance(action, Commit):
             self._committing = False
         if isinstance(action, RecoverStore):
@@ -403,6 +413,16 @@ class DeliveryMachine:
         """Shutdown: no new poll; what is in flight completes (or fails)."""
         self.closing = True
         return self._progress()
+
+    def probe_when_idle(self) -> list[Action]:
+        """Nothing in flight, and the last failure was the store's: ask whether it takes writes
+        again (a :class:`Probe` of no flight). Without it, a worker whose only failure was an
+        expiry's write (no record comes back to be redone) stayed degraded — and so never
+        ticked again — until traffic arrived."""
+        if not self._probe_store or not self.settled or self.closing or self._idle_probe:
+            return []
+        self._idle_probe = True
+        return [self._out(Probe(0))]
 
     def observe(self, partition: int, *, caught_up: bool, fetched_at: float | None) -> None:
         """The stream clock's input (issue 24 item 1): whether every record below the last fetch
