@@ -1,19 +1,17 @@
 """The normalizer worker: ``reasoning.raw.v1`` → translators → Redis and downstream topics.
 
-A thin FastStream adapter around :class:`reasonwire.workers.core.normalizer.Normalizer`; every
-decision lives there. Per poll (a batch of raw records): route and translate
-each record, write artefacts and journal entries in one Redis transaction,
-publish the outputs and wait for the broker's acknowledgement, close the runs
-that ended (journal dropped, ended marker set), then commit the poll's offsets
-(``AckPolicy.MANUAL``: the worker commits explicit offsets itself). Polls are
-pipelined — the next poll is stepped while the previous ones' writes are in
-flight (``RW_MAX_IN_FLIGHT``) — but each poll's effects keep that order and
-polls commit in order, so offsets are committed only after a record's outputs
-and Redis writes are done: at least once. An infrastructure failure rewinds
-every partition in flight to its first uncommitted record and retries; bad
-input never raises — it is dead-lettered. Each poll is traced and counted by
-:mod:`reasonwire.workers.telemetry.normalizer`, whose guards keep content out of spans,
-metrics and logs (P8, docs/telemetry.md).
+A thin FastStream adapter around two sans-I/O objects that make every decision: the core
+(:class:`reasonwire.workers.core.normalizer.Normalizer`: what each record means) and the
+delivery machine (:class:`reasonwire.workers.core.delivery_machine.DeliveryMachine`: what to
+read, send, write, close, commit or rewind, and when — at least once, one number one event,
+docs/operations.md "Delivery and recovery"). The adapter feeds the machine each poll and the
+outcome of each action, and performs the actions it returns: journal reads, writes and ended
+markers against :class:`~reasonwire.workers.store.ArtefactStore`, sends through
+:class:`~reasonwire.workers.outbox.Outbox`, commits and seeks on the subscriber's consumer
+(``AckPolicy.MANUAL``). What only a process can know stays here: the broker's high watermarks
+(the machine's stream clock), event-loop stalls, the backoff after a failure and the health it
+reports, logs, and the traces of :mod:`reasonwire.workers.telemetry.normalizer`, whose guards
+keep content out of spans, metrics and logs (P8, docs/telemetry.md).
 """
 
 from __future__ import annotations
@@ -24,9 +22,8 @@ import gc
 import logging
 import secrets
 import time
-from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -41,11 +38,14 @@ from reasonwire.contracts.topic_plan import plan
 from reasonwire.workers import topics_admin
 from reasonwire.workers.core.backoff import Backoff, Degradation, Report
 from reasonwire.workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
+from reasonwire.workers.core.delivery_machine import (
+    Acknowledged, Action, Close, Commit, DeliveryMachine, Failure, Forgot, Probe, ReadJournals, RecoverStore, Retired, Seek, Send, Stepped, Write,
+)
 from reasonwire.workers.core.fence import stalled, witnessed
-from reasonwire.workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, RunKey, Step
+from reasonwire.workers.core.normalizer import DeadLetter, Normalizer, RawRecord, RunInput, Step
 from reasonwire.workers.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle, wait_for_topics, wait_until_allowed
 from reasonwire.workers.kafka_security import broker_security, client_kwargs, servers
-from reasonwire.workers.partitions import partition_of
+from reasonwire.workers.outbox import Outbox
 from reasonwire.workers.redis_connect import connect, redis_wait
 from reasonwire.workers.settings import WorkerSettings
 from reasonwire.workers.store import ArtefactStore, RunsMoved, StoreLost
@@ -56,38 +56,20 @@ from reasonwire.workers.topics_admin import replication_factor
 log = logging.getLogger("reasonwire.normalize")
 
 
-@dataclass(eq=False)
-class _Flight:
-    """One poll (or expiry tick) from its Steps to its commit: the I/O of several polls overlaps."""
-
-    steps: Sequence[Step]
-    trace: Any
-    offsets: dict[TopicPartition, tuple[int, int]]
-    """Partition → (first offset of the poll, offset to commit once the poll is acknowledged)."""
-    early: list[asyncio.Future[Any]] = field(default_factory=list)
-    """Sends queued while stepping: the outputs of runs that did not end in this poll."""
-    sent: asyncio.Task[list[asyncio.Future[Any]]] | None = None
-    done: asyncio.Task[bool] | None = None
-    acknowledged: bool = False
-    """Outputs acknowledged and ended markers written: only the commit is left."""
+_performing: ContextVar[Action | None] = ContextVar("rw_performing", default=None)
+"""The machine's action being performed (tests check every I/O call happens inside one)."""
 
 
 class NormalizerWorker:
-    """Owns the run table, the store and the producer for one worker process.
+    """The adapter: performs what :class:`~reasonwire.workers.core.delivery_machine.DeliveryMachine`
+    returns, reports every outcome back, and decides nothing about delivery itself.
 
-    Polls are pipelined: :meth:`handle` steps a poll (CPU, plus a Redis read for runs it does
-    not hold) and returns once the poll's writes are queued, so the next poll is stepped while
-    this one's Redis transaction and broker acknowledgements are in flight. Without that, every
-    poll waited for four round trips (Redis write, broker acks, ended markers, commit) before the
-    next was fetched, and a record waited up to two such cycles in the fetch buffer (aiokafka
-    fetches a partition again only once its buffered records are taken). Per poll: the outputs
-    of runs still open are sent while stepping; the Redis transaction follows the previous
-    poll's; the outputs of runs that ended follow the transaction (their artefacts are stored
-    before the run's end is visible); the ended markers are written once every output is
-    acknowledged and the previous poll got that far; acknowledged polls are committed in order,
-    several in one commit when they queue up. A failure anywhere rewinds the consumer to the
-    first uncommitted record of every partition in flight and drops those partitions' runs,
-    which are rebuilt from their journals.
+    Each I/O action runs as its own task (a poll's journal read, its sends, its Redis write, the
+    ended markers, the commit), so the I/O of several polls overlaps as the machine allows;
+    sends are appended synchronously, in the order returned, to the :class:`Outbox`. What stays
+    here is what only a process can know: the broker's assignment and high watermarks (fed to
+    the machine's stream clock), the event loop's stalls, the backoff after a failure and the
+    health it reports, logs, metrics and traces.
     """
 
     def __init__(self, settings: WorkerSettings, broker: KafkaBroker, store: ArtefactStore, telemetry: NormalizerTelemetry) -> None:
@@ -98,159 +80,75 @@ class NormalizerWorker:
         self.normalizer = Normalizer(PolicyBook.load(settings.policy_file))
         self.normalizer.token = secrets.token_hex(4)  # this process's name in the journal heads it writes (the fence)
         self.normalizer.clock.step = expiry_interval(settings)
-        self.lock = asyncio.Lock()
-        """Held while stepping, expiring, rewinding and handing over: the run table has one writer."""
+        self.machine = DeliveryMachine(self.normalizer, max_in_flight=settings.max_in_flight)
         self.producer: AIOKafkaProducer | None = None
+        self.outbox: Outbox | None = None
         self.consumer: AIOKafkaConsumer | None = None
         """The subscriber's consumer (known from the first poll): commits and rewinds go through it."""
         self.stats: dict[str, int] = {"records": 0, "events": 0, "artefacts": 0, "dead_letters": 0, "skipped": 0, "store_lost": 0}
-        self.closing = False
-        self._flights: deque[_Flight] = deque()
-        """Polls stepped and not yet committed, oldest first."""
-        self._last: _Flight | None = None
-        self._slots = asyncio.Semaphore(max(1, settings.max_in_flight))
-        self._failure: BaseException | None = None
-        """The first failure of the pipeline, until the rewind that repairs it."""
-        self._rewound: dict[TopicPartition, int] = {}
-        """After a rewind: partition → offset the redelivery starts at (records fetched before it are stale)."""
-        self._recovery: asyncio.Task[None] | None = None
-        self._committer: asyncio.Task[None] | None = None
-        self._partitions: dict[tuple[str, bytes], int] = {}
-        self._topic_partitions: dict[str, list[int]] = {}
+        self._traces: dict[int, Any] = {}
+        """Flight → its batch trace (telemetry), from the poll to its retirement."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._changed = asyncio.Event()
+        self._last_error: BaseException | None = None
         # -- health (issue 13): backoff between retries, one log line per state change
         self.backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s)
         self.degradation = Degradation()
         self.health_metrics = HealthMetrics(telemetry.telemetry)
         self._retry_at = 0.0
         """Loop time before which no poll is stepped (the backoff after a failure)."""
-        self._store_lost = False
-        """The store's epoch vanished or changed: recover it and drop every run before the next poll."""
         self._healthy_since: float | None = time.monotonic()
         """Loop time since when polls and the broker have worked without a break (``None``: broken now)."""
         self.repeats = RepeatGate()
         """Per-record WARNING lines (translator warnings, dead letters): one per kind per minute."""
-        self._unsent_expiries: dict[RunKey, Step] = {}
-        """The Steps of an expiry tick whose flight failed, by run. Unlike a poll's runs, no record
-        brings them back (their ingress vanished; the core already let them go), so the next tick
-        sends these Steps again — the same events, idempotent writes. A record of the run met
-        meanwhile drops its Step (the run was not ended: it is restored from its journal and
-        goes on), and so does its partition's revocation (the new owner's to judge)."""
-        self._probe_store = False
-        """A Redis (or store) failure happened: the next poll is stepped only once a write goes through."""
-        self._committed: dict[TopicPartition, int] = {}
-        """The offsets this worker last committed, per partition (the expiry's membership check)."""
         self._beat = time.monotonic()
         """When the event loop last ran the heartbeat (:meth:`beat`)."""
         self._stalled = False
         """The loop stood still for ``STALL_S`` or more since the last poll (a pause, a VM freeze)."""
-        self._moved: set[RunKey] = set()
-        """Runs the fence refused a write for (:class:`RunsMoved`): dropped at the rewind, and
-        never sent again as an unsent expiry — another worker wrote for them since."""
+
+    @property
+    def closing(self) -> bool:
+        return self.machine.closing
+
+    # -- inputs: what happened -----------------------------------------------------------
 
     async def handle(self, records: Sequence[RawRecord]) -> None:
-        """Step one poll and put its writes in flight; returns before they are acknowledged."""
-        async with self.lock:
-            await self._after_stall()
-            if self._failure is not None:
-                await self._rewind()
-            await self._wait_for_retry()
-            records = self._fresh(records)
-            if not records or self.closing:
-                return  # not committed: redelivered to whoever consumes next
-            if self._probe_store and not await self._store_answers(records):
-                return
-            offsets = _offsets(records)
-            self._note_replay(offsets)
-            await self._slots.acquire()
-            trace = self.telemetry.batch(records).__enter__()
-            read: asyncio.Future[dict[RunKey, tuple[list[JournalEntry], Any]]] | None = None
-            try:
-                routed = [self.normalizer.route(record) for record in records]
-                if self._unsent_expiries:
-                    for item in routed:
-                        if isinstance(item, RunInput):
-                            self._unsent_expiries.pop(item.run, None)
-                unread = self._runs_to_read(routed)
-                if unread:  # in flight while the runs held here are stepped and their outputs sent
-                    read = asyncio.ensure_future(self._read_journals(unread))
-                    await asyncio.sleep(0)  # let it send its request before the CPU work starts
-                steps: list[Step | None] = [None] * len(routed)
-                held, new = _split_by_run(routed, set(unread))
-                early = await self._step_and_send(routed, held, steps, {}, trace)
-                if read is not None:
-                    journals, read = await read, None
-                    early += await self._step_and_send(routed, new, steps, journals, trace)
-                flight = _Flight(steps, trace, offsets, early)  # type: ignore[arg-type]  # every slot filled
-                trace.stepped(flight.steps, registered=True)
-            except Exception as exc:  # the journal read or a send failed: the poll is redone
-                if read is not None:
-                    read.cancel()
-                self._slots.release()
-                trace.__exit__(type(exc), exc, exc.__traceback__)
-                self._failed(exc)
-                await self._rewind(offsets)
-                return
-            self._launch(flight)
+        """Feed one poll to the machine; returns once it is stepped (its writes in flight)."""
+        self._after_stall()
+        await self._until(lambda: self.machine.accepting or self.closing)
+        await self._wait_for_retry()
+        await self._until(lambda: self.machine.accepting or self.closing)
+        if self.closing:
+            return  # not committed: redelivered to whoever consumes next
+        actions = self.machine.poll(records, self._log_ends(records))
+        flight = next((a.flight for a in actions if isinstance(a, (Probe, ReadJournals, Stepped))), None)
+        if flight is not None:
+            self._traces[flight] = self.telemetry.batch(records).__enter__()
+        self._take(actions)
 
     async def expire_idle_runs(self) -> None:
-        """Close runs whose ingress vanished (RUN_ERROR code ``inactivity_timeout``) — only once the
-        worker has consumed without a break for a whole timeout: silence while Redis or the broker
-        was away (or the backlog after it) says nothing about the ingress."""
-        async with self.lock:
-            await self._after_stall()
-            self._observe_partitions()
-            if self.closing or not self._quiet_long_enough():
-                return
-            if self._failure is not None:
-                await self._rewind()  # else the expired runs' RUN_ERROR would chain onto the failed poll and be lost
-            steps = [*self._unsent_expiries.values(), *self.normalizer.expire(timeout_s=self.settings.inactivity_timeout_s)]
-            self._unsent_expiries.clear()
-            if not steps:
-                return  # no trace: an empty one would record a poll duration for no poll
-            if not await self._member(steps):  # sent by a later tick, unless the partition is revoked meanwhile
-                self._unsent_expiries.update((step.run, step) for step in steps if step.run is not None)
-                return
-            trace = self.telemetry.batch(()).__enter__()
-            trace.stepped(steps)  # registered before anything can quote them (P8)
-            await self._slots.acquire()
-            self._launch(_Flight(steps, trace, {}))
+        """The expiry tick — only once the worker has consumed without a break for a whole
+        timeout: silence while Redis or the broker was away (or the backlog after it) says
+        nothing about the ingress. The machine decides the rest (:meth:`DeliveryMachine.tick`)."""
+        self._after_stall()
+        self._observe_partitions()
+        if self.closing or not self._quiet_long_enough():
+            return
+        self._take(self.machine.tick(timeout_s=self.settings.inactivity_timeout_s))
 
-    async def _store_answers(self, records: Sequence[RawRecord]) -> bool:
-        """After a Redis failure, before a poll is stepped again: does a write go through? A poll
-        sends its continuing runs' outputs while stepping, before its write; while Redis refuses
-        writes (out of memory, away) every retry sent them again — 1,632 copies in one OOM
-        (issue 24). Now a retry is stepped only once an empty write has gone through: the
-        outputs repeat at most once per poll in flight when the outage began, and once per
-        flap of Redis (docs/reliability.md)."""
-        try:
-            await self.store.probe()
-        except Exception as exc:
-            self._note_failure(exc)
-            await self._rewind(_offsets(records))  # not stepped: fetched again after the backoff
-            return False
-        self._probe_store = False
-        return True
+    async def forget(self, partitions: list[TopicPartition]) -> None:
+        """Partitions were revoked: what is in flight settles (committed), then their runs go."""
+        gone = {tp.partition for tp in partitions if tp.topic == topics.RAW}
+        self._take(self.machine.revoke(gone))
+        await self._until(lambda: not self.machine.revoking)
+        self.telemetry.forget(gone)
+        for partition in gone:  # its lag is the new owner's to report
+            self.health_metrics.lag.pop(partition, None)
 
-    async def _member(self, steps: Sequence[Step]) -> bool:
-        """Before an expiry's writes: is this worker still a member of the group for these runs'
-        partitions? Asked by committing again the offsets it last committed there (Kafka refuses
-        a commit from a member the group has moved on from). An expiry is a decision no record
-        makes; a worker cut off from the group's coordinator without noticing must not make it
-        (issue 24 item 2) — the fence refuses its write if the new owner wrote first, this closes
-        the race in which it writes first."""
-        partitions = {TopicPartition(topics.RAW, step.ended_at[0]) for step in steps if step.ended_at is not None}
-        offsets = {tp: self._committed[tp] for tp in partitions if tp in self._committed}
-        if not offsets or self.consumer is None:
-            return True
-        await self._settle()  # a commit in flight lands first: offsets never go back
-        offsets = {tp: self._committed[tp] for tp in offsets}
-        try:
-            metadata = self.store.witness.metadata()
-            await self.consumer.commit({tp: (offset, metadata) for tp, offset in offsets.items()})
-        except Exception as exc:
-            log.info("expiry held back: the group refused this worker's commit (%s)", type(exc).__name__)
-            return False
-        return True
+    async def drain(self) -> None:
+        """Stop taking polls and wait until every poll in flight is committed or rewound (shutdown)."""
+        self._take(self.machine.close())
+        await self._until(lambda: self.machine.settled)
 
     def beat(self) -> None:
         """The event loop ran (called often by a task): a long gap since the last call is a stall."""
@@ -259,222 +157,248 @@ class NormalizerWorker:
             self._stalled = True
         self._beat = now
 
-    async def _after_stall(self) -> None:
-        """With the lock held: after a stall, drop every run held (issue 24 item 2). A stall as
-        long as Kafka's session timeout loses the partitions without the rebalance listener being
-        called until the consumer notices; meanwhile it may still fetch, and a copy of a run that
-        another worker went on with is stale. Restored from their journals on their next record,
-        the runs continue from what the other worker wrote — or find it ended them."""
+    def _after_stall(self) -> None:
+        """After a stall, every run held is dropped once what is in flight settled (issue 24 item 2).
+        A stall as long as Kafka's session timeout loses the partitions without the rebalance
+        listener being called until the consumer notices; meanwhile it may still fetch, and a
+        copy of a run that another worker went on with is stale."""
         self.beat()
-        if not self._stalled:
-            return
-        self._stalled = False
-        await self._settle()
-        dropped = self.normalizer.forget_all()
-        log.info("the event loop stood still for a while: %d open runs dropped, restored from their journals on their next record", dropped)
+        if self._stalled:
+            self._stalled = False
+            self._take(self.machine.stall())
 
     def _observe_partitions(self) -> None:
-        """Feed the core's stream clock (issue 24 item 1): per partition, whether every record
+        """Feed the machine's stream clock (issue 24 item 1): per partition, whether every record
         below the high watermark of the last fetch response has been stepped, and when that
         response came. A worker that was paused, or lags, has no such fresh confirmation, so
         its runs' silence does not grow; an outage counts as not caught up."""
         consumer = self.consumer
         if consumer is None:
             return
-        healthy = self._healthy_since is not None and self._failure is None
+        healthy = self._healthy_since is not None and not self.machine.failing
         for tp in consumer.assignment():
             if tp.topic != topics.RAW:
                 continue
             high = consumer.highwater(tp)
             fetched = consumer.last_poll_timestamp(tp)
             caught_up = healthy and high is not None and self.normalizer.stepped_to(tp.partition) >= high
-            self.normalizer.clock.observe(tp.partition, caught_up=caught_up, fetched_at=fetched / 1000 if fetched else None)
+            self.machine.observe(tp.partition, caught_up=caught_up, fetched_at=fetched / 1000 if fetched else None)
 
-    async def forget(self, partitions: list[TopicPartition]) -> None:
-        """Partitions were revoked: finish (commit) what is in flight, then drop their runs."""
-        async with self.lock:
-            await self._settle()
-            revoked = [tp for tp in partitions if tp.topic == topics.RAW]
-            if self._failure is not None:
-                await self._rewind(skip=set(revoked))
-            for tp in revoked:
-                self._rewound.pop(tp, None)
-                self._committed.pop(tp, None)
-            gone = {tp.partition for tp in revoked}
-            dropped = self.normalizer.forget_partitions(gone, revoked=True)
-            self.telemetry.forget(gone)
-            for partition in gone:  # its lag is the new owner's to report
-                self.health_metrics.lag.pop(partition, None)
-            for run, step in list(self._unsent_expiries.items()):
-                if step.ended_at is None or step.ended_at[0] in gone:
-                    del self._unsent_expiries[run]
-        log.info("partitions revoked: %d open runs handed over", dropped)
+    def _log_ends(self, records: Sequence[RawRecord]) -> dict[int, int | None]:
+        """The broker's log end of each partition of this poll the machine has not met (see
+        :meth:`DeliveryMachine.poll`)."""
+        consumer = self.consumer
+        if consumer is None:
+            return {}
+        knows = self.normalizer.knows
+        return {p: consumer.highwater(TopicPartition(topics.RAW, p)) for p in {r.partition for r in records} if not knows(p)}
 
-    async def drain(self) -> None:
-        """Stop taking polls and wait until every poll in flight is committed or failed (shutdown)."""
-        self.closing = True
-        async with self.lock:
-            await self._settle()
+    # -- outputs: performing the machine's actions --------------------------------------
 
-    def _note_replay(self, offsets: dict[TopicPartition, tuple[int, int]]) -> None:
-        """A partition first fetched here: up to its log end, a previous owner may have published
-        outputs it did not commit; the core judges no timeout there until it is past them."""
-        for tp in offsets:
-            if not self.normalizer.knows(tp.partition):
-                end = self.consumer.highwater(tp) if self.consumer is not None else None
-                self.normalizer.replay_until(tp.partition, end if end is not None else -1)
+    def _take(self, actions: Sequence[Action]) -> None:
+        """Perform the machine's answer, in its order: notifications at once, sends appended to
+        the outbox at once (order), every other I/O action as a task that reports back."""
+        for action in actions:
+            if isinstance(action, Send):
+                self._send(action)
+            elif isinstance(action, Stepped):
+                self._stepped(action)
+            elif isinstance(action, Acknowledged):
+                trace = self._traces.get(action.flight)
+                if trace is not None:
+                    trace.acknowledged()  # the end of the records' end-to-end delay (telemetry)
+            elif isinstance(action, Retired):
+                self._retired(action)
+            elif isinstance(action, Seek):
+                self._seek(action)
+            elif isinstance(action, Forgot):
+                self._forgot(action)
+            else:
+                self._spawn(self._perform(action))
+        self._wake()
 
-    # -- the pipeline ------------------------------------------------------------------
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-    def _launch(self, flight: _Flight) -> None:
-        previous = self._last
-        flight.sent = asyncio.create_task(self._store_and_send(flight, previous.sent if previous else None))
-        flight.done = asyncio.create_task(self._complete(flight, previous.done if previous else None))
-        self._flights.append(flight)
-        self._last = flight
-
-    async def _store_and_send(self, flight: _Flight, previous: asyncio.Task[Any] | None) -> list[asyncio.Future[Any]]:
-        """The poll's Redis transaction, in poll order, then the outputs of the runs that ended in it.
-
-        A run's last outputs (``RUN_FINISHED`` / ``RUN_ERROR``, usage) wait for its artefacts to be
-        stored — and for the earlier polls' transactions — so a client that sees a run end and asks
-        for a replay finds them. Its earlier outputs went out while stepping (:meth:`handle`): a
-        failed transaction redoes the poll, and at least once allows the repeat."""
-        if previous is not None:
-            await previous  # a failed predecessor fails this poll too: nothing more of it is written
+    async def _perform(self, action: Action) -> None:
+        """One I/O action, its outcome reported to the machine (never raises)."""
+        _performing.set(action)
         try:
-            self.stats["artefacts"] += await self.store.apply(flight.steps)
-        except RunsMoved as exc:  # stale copies: nothing of theirs is sent after this (issue 24)
-            self._moved.update(exc.runs)
-            raise
-        return await self._send([s for s in flight.steps if s.run_ended])
-
-    async def _complete(self, flight: _Flight, previous: asyncio.Task[bool] | None) -> bool:
-        """Acks, then (after every earlier poll) the ended markers; the commit follows in
-        :meth:`_commit_acknowledged`. Never raises: a failure is reported and rewound."""
-        error: BaseException | None = None
-        acks: list[Any] = list(await asyncio.gather(*flight.early, return_exceptions=True))
-        try:
-            assert flight.sent is not None
-            acks += await asyncio.gather(*await flight.sent, return_exceptions=True)
-        except Exception as exc:
-            acks.append(exc)
-        error = next((a for a in acks if isinstance(a, BaseException)), None)
-        if error is None:
-            flight.trace.acknowledged()  # the end of the records' end-to-end delay (telemetry)
-        earlier_ok = previous is None or await previous
-        if error is None and earlier_ok:
-            try:
-                await self.store.close_runs(flight.steps)  # only after the outputs are acknowledged
-            except Exception as exc:
-                error = exc
-        self._slots.release()
-        ok = error is None and earlier_ok
-        if ok:
-            flight.acknowledged = True
-            if self._committer is None or self._committer.done():
-                self._committer = asyncio.create_task(self._commit_acknowledged())
-        else:
-            self._failed(error)
-        return ok
-
-    async def _commit_acknowledged(self) -> None:
-        """Commit the oldest acknowledged polls, several in one commit when they queued up
-        behind a slow one: a commit per poll would be a round trip per poll, in series."""
-        while self._flights and self._flights[0].acknowledged and self._failure is None:
-            ready = []
-            for flight in self._flights:
-                if not flight.acknowledged:
-                    break
-                ready.append(flight)
-            offsets = {tp: end for flight in ready for tp, (_, end) in flight.offsets.items()}  # later polls win
-            try:
-                if offsets:
-                    assert self.consumer is not None
-                    # the store's write count beside each offset: the witness a restored store is judged by
-                    metadata = self.store.witness.metadata()
-                    await self.consumer.commit({tp: (offset, metadata) for tp, offset in offsets.items()})
-                    self._committed.update(offsets)
-            except Exception as exc:
-                self._failed(exc)
+            if isinstance(action, ReadJournals):
+                loaded = dict(zip(action.runs, await self.store.load_journals(list(action.runs)), strict=True))
+                self._take(self.machine.journals_read(action, loaded, doubtful=self.store.loss_window()))
                 return
-            for flight in ready:
-                self._flights.remove(flight)
-                self.stats["records"] += len(flight.steps) if flight.offsets else 0
-                flight.trace.__exit__(None, None, None)
-            self._note_success(offsets)
+            await self._io(action)
+        except Exception as exc:
+            self._take(self._failed(action, exc))
+        else:
+            self._take(self.machine.done(action))
+            # a commit or an idle probe that returns after a later action failed does not clear
+            # the degraded state: that failure's backoff stands (chaos row "/readyz after Redis is back")
+            if not self.machine.failing and (isinstance(action, Commit) and not action.membership or isinstance(action, Probe) and action.flight == 0):
+                self._note_success(action.offsets if isinstance(action, Commit) else {})
 
-    def _failed(self, exc: BaseException | None) -> None:
-        """The first failure is logged (type and redacted text) and schedules the rewind."""
-        if self._failure is not None:
-            return
-        self._failure = exc or RuntimeError("poll failed")
+    async def _io(self, action: Action) -> None:
+        if isinstance(action, Write):
+            self.stats["artefacts"] += await self.store.apply(action.steps)
+        elif isinstance(action, Close):
+            await self.store.close_runs(action.steps)  # only after the outputs are acknowledged
+        elif isinstance(action, Commit):
+            assert self.consumer is not None
+            # the store's write count beside each offset: the witness a restored store is judged by
+            metadata = self.store.witness.metadata()
+            await self.consumer.commit({TopicPartition(topics.RAW, p): (offset, metadata) for p, offset in action.offsets.items()})
+        elif isinstance(action, Probe):
+            # after a Redis failure a poll is stepped only once an empty write goes through: its
+            # continuing runs' outputs would otherwise go out again on every retry while Redis
+            # refuses writes — 1,632 copies in one OOM (issue 24)
+            await self.store.probe()
+        elif isinstance(action, RecoverStore):
+            epoch = await self.store.recover_from_loss()
+            log.warning("store lost data: new epoch %s; runs whose journal vanished are not resumed (dead-lettered store_lost)", epoch)
+        else:  # pragma: no cover - a new action kind without an adapter
+            raise TypeError(f"no adapter for {type(action).__name__}")
+
+    def _failed(self, action: Action, exc: BaseException) -> list[Action]:
+        """Tell the machine how ``action`` failed; log and back off unless it is not an outage."""
         if isinstance(exc, RunsMoved):  # not an outage: no backoff, no degraded state
             log.info("fence: %d runs were written by another worker since (a rebalance or a partition change): copies dropped, poll redone", len(exc.runs))
+            return self.machine.failed(action, Failure.MOVED, exc.runs)
+        if isinstance(action, Commit) and action.membership:
+            log.info("expiry held back: the group refused this worker's commit (%s)", type(exc).__name__)
+            return self.machine.failed(action, Failure.OUTAGE)
+        if not self.machine.failing or isinstance(action, RecoverStore):  # the first failure of an episode
+            self._last_error = exc
+            self._note_failure(exc)
+        return self.machine.failed(action, Failure.STORE_LOST if isinstance(exc, StoreLost) else Failure.OUTAGE)
+
+    def _send(self, action: Send) -> None:
+        """Append the outputs to the outbox now (their order is the machine's); a task reports
+        once the broker acknowledged them all."""
+        _performing.set(action)
+        try:
+            assert self.outbox is not None
+            delivered = self.outbox.add(action.outbound)
+        except Exception as exc:
+            self._take(self._failed(action, exc))
+            return
+        finally:
+            _performing.set(None)
+        stats = self.stats
+        for out in action.outbound:
+            stats["dead_letters" if out.topic == topics.DLQ else "events"] += 1
+        self._spawn(self._acknowledged(action, delivered))
+
+    async def _acknowledged(self, action: Send, delivered: list[asyncio.Future[None]]) -> None:
+        try:
+            for future in delivered:
+                await future
+        except Exception as exc:
+            self._take(self._failed(action, exc))
         else:
-            self._note_failure(self._failure)
-        self._recovery = asyncio.get_running_loop().create_task(self._recover())
+            self._take(self.machine.done(action))
 
-    async def _recover(self) -> None:
-        async with self.lock:
-            if self._failure is not None:
-                await self._rewind()
+    def _stepped(self, action: Stepped) -> None:
+        """Register the Steps' content before the store or the broker can quote it (P8), log
+        what the records caused."""
+        trace = self._traces.get(action.flight)
+        if trace is None:  # an expiry's flight
+            trace = self._traces[action.flight] = self.telemetry.batch(()).__enter__()
+        trace.register([step for _, step in action.items])
+        if action.complete:
+            trace.stepped(self.machine.steps_of(action.flight), registered=True)
+        for item, step in action.items:
+            self._log_step(item, step)
 
-    async def _settle(self) -> None:
-        """Until every flight has completed (each waits for its predecessor, so the last one)
-        and the acknowledged ones are committed."""
-        if self._last is not None and self._last.done is not None:
-            await self._last.done
-        while self._committer is not None and not self._committer.done():
-            await self._committer
+    def _retired(self, action: Retired) -> None:
+        trace = self._traces.pop(action.flight, None)
+        if action.committed:
+            self.stats["records"] += action.records
+            if trace is not None:
+                trace.__exit__(None, None, None)
+        elif trace is not None:  # its records come again: the span ends in ERROR, nothing counted
+            failure = self._last_error or RuntimeError("rewound")
+            trace.__exit__(type(failure), failure, None)
 
-    async def _rewind(self, extra: dict[TopicPartition, tuple[int, int]] | None = None, skip: set[TopicPartition] | None = None) -> None:
-        """With the lock held: seek every partition in flight back to its first uncommitted record
-        and drop its runs (the core advanced them in memory; they are restored from the journal)."""
-        await self._settle()
-        first: dict[TopicPartition, int] = {}
-        for offsets in [*(f.offsets for f in self._flights), extra or {}]:
-            for tp, (start, _) in offsets.items():
-                first[tp] = min(start, first.get(tp, start))
-        failure = self._failure or RuntimeError("rewound")
-        for flight in self._flights:  # their records come again: spans end in ERROR, nothing counted
-            flight.trace.__exit__(type(failure), failure, None)
-            if not flight.offsets and not flight.acknowledged:  # an expiry tick's: sent again (see _unsent_expiries)
-                self._unsent_expiries.update((step.run, step) for step in flight.steps if step.run is not None and step.run not in self._moved)
-        if self._moved:
-            self.normalizer.forget_runs(self._moved)
-            for run in self._moved:
-                self._unsent_expiries.pop(run, None)
-            self._moved.clear()
-        self._flights.clear()
-        self._last = None  # the next poll starts a new chain: it must not wait on a failed one
-        self._failure = None
-        assigned = self.consumer.assignment() if self.consumer is not None else set()
-        dropped = {tp.partition for tp in first}
-        if self._store_lost and await self._recover_store():
-            dropped |= {tp.partition for tp in assigned}  # every run held here: its journal may be gone
-        self.normalizer.forget_partitions(dropped)
-        for tp, offset in first.items():
-            if tp in assigned and tp not in (skip or ()):
-                self.consumer.seek(tp, offset)  # type: ignore[union-attr]
-                self._rewound[tp] = offset
+    def _seek(self, action: Seek) -> None:
+        """Rewind the consumer (only partitions still assigned: a revoked one is the new owner's)."""
+        consumer = self.consumer
+        if consumer is None:
+            return
+        assigned = consumer.assignment()
+        _performing.set(action)
+        try:
+            for partition, offset in action.offsets.items():
+                tp = TopicPartition(topics.RAW, partition)
+                if tp in assigned:
+                    consumer.seek(tp, offset)
+        finally:
+            _performing.set(None)
+        self._last_error = None
 
-    def _fresh(self, records: Sequence[RawRecord]) -> Sequence[RawRecord]:
-        """Drop records fetched before a rewind: a rewound partition restarts at its offset."""
-        if not self._rewound:
-            return records
-        kept = []
-        for record in records:
-            tp = TopicPartition(topics.RAW, record.partition)
-            start = self._rewound.get(tp)
-            if start is not None:
-                if record.offset != start:
-                    continue
-                del self._rewound[tp]
-            kept.append(record)
-        return kept
+    def _forgot(self, action: Forgot) -> None:
+        if action.why == "revoked":
+            log.info("partitions revoked: %d open runs handed over", action.runs)
+        elif action.why == "stall":
+            log.info("the event loop stood still for a while: %d open runs dropped, restored from their journals on their next record", action.runs)
+        elif action.why == "store_lost":
+            log.info("store lost: %d open runs dropped", action.runs)
 
-    # -- health: backoff, state-change logging, store loss (issue 13) ---------------------
+    async def _until(self, condition: Any) -> None:
+        """Wait until ``condition()`` holds (re-checked whenever the machine answered)."""
+        while not condition():
+            changed = self._changed
+            await changed.wait()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # -- logs for what records caused ------------------------------------------------------
+
+    def _log_step(self, item: DeadLetter | RunInput | None, step: Step) -> None:
+        """Codes and exception types only: never a record's content (P8)."""
+        if isinstance(item, DeadLetter):
+            record = item.record
+            self._warn_repeating(
+                ("dead_letter", item.code), "dead-lettered raw record at partition %d offset %d (%s): %s",
+                record.partition, record.offset, item.code, item.reason,
+            )
+            return
+        if item is None:
+            return
+        for warning in step.warnings:  # content-free by construction (P8); counted by the metrics
+            self._warn_repeating(
+                ("warning", item.envelope.grammar, warning.code), "run %s line %d: %s", item.envelope.run_id, warning.line, warning.message
+            )
+        if step.dead_letter is DeadLetterCode.STORE_LOST and step.run is None:
+            self.stats["store_lost"] += 1
+            log.debug("run %s rw-seq %d: journal lost with the store; dead-lettered", item.envelope.run_id, item.envelope.seq)
+        elif step.dead_letter is not None:
+            record = item.record
+            line = "run %s: record at partition %d offset %d dead-lettered (%s)%s"
+            args = (item.envelope.run_id, record.partition, record.offset, step.dead_letter, f" after {step.error}" if step.error else "")
+            if step.dead_letter is DeadLetterCode.RUN_ENDED:
+                # a late record is counted (metrics, DLQ), not logged at WARNING: a producer that
+                # keeps sending after its run ended must not flood the log
+                log.debug(line, *args)
+            else:
+                self._warn_repeating(("dead_letter", step.dead_letter), line, *args)
+        if step.skipped:
+            self.stats["skipped"] += 1
+            # normal operation (the ingress's end record after the provider's own end): not INFO per run
+            log.debug("run %s: record skipped (%s)", item.envelope.run_id, step.skipped)
+
+    def _warn_repeating(self, kind: Any, line: str, *args: Any) -> None:
+        """A WARNING that one record causes: logged once per ``kind`` a minute, the next one saying
+        how many were held back (:class:`~reasonwire.workers.health.RepeatGate`); the metrics count all."""
+        held = self.repeats.admit(kind)
+        if held is not None:
+            log.warning(line + "%s", *args, held_back_note(held))
+
+    # -- health: backoff, state-change logging (issue 13) ------------------------------------
 
     def _note_failure(self, exc: BaseException) -> None:
         """Count the failure, schedule the retry one backoff step away and log only on a state
@@ -487,23 +411,20 @@ class NormalizerWorker:
         self.health_metrics.failed(failure)
         self.health_metrics.retried(failure)
         if isinstance(exc, StoreLost):
-            self._store_lost = True
             self.health_metrics.store_lost.add(1)
-        if failure.component in ("redis", "store"):
-            self._probe_store = True
         self._log(self.degradation.failed(failure, loop.time(), delay), exc)
 
-    def _note_success(self, offsets: dict[TopicPartition, int]) -> None:
+    def _note_success(self, offsets: Mapping[int, int]) -> None:
         """A poll went through end to end: the backoff resets; ``recovered`` is logged once."""
         self.backoff.reset()
         if self._healthy_since is None:
             self._healthy_since = time.monotonic()
         self._log(self.degradation.succeeded(asyncio.get_running_loop().time()))
         consumer = self.consumer
-        for tp, committed in offsets.items():
-            high = consumer.highwater(tp) if consumer is not None else None
+        for partition, committed in offsets.items():
+            high = consumer.highwater(TopicPartition(topics.RAW, partition)) if consumer is not None else None
             if high is not None:
-                self.health_metrics.lag[tp.partition] = high - committed
+                self.health_metrics.lag[partition] = high - committed
 
     async def tick_health(self) -> None:
         """Called by the periodic task: is the broker reachable (a metadata request; nothing else
@@ -516,6 +437,8 @@ class NormalizerWorker:
             self._healthy_since = None
         elif self._healthy_since is None and not self.degradation.degraded:
             self._healthy_since = time.monotonic()
+        elif self.degradation.degraded and asyncio.get_running_loop().time() >= self._retry_at:
+            self._take(self.machine.probe_when_idle())  # idle after a store failure: no poll will clear it
         self._log(self.degradation.summary(asyncio.get_running_loop().time()))
 
     async def broker_answers(self) -> str:
@@ -533,31 +456,10 @@ class NormalizerWorker:
         return since is not None and time.monotonic() - since >= self.settings.inactivity_timeout_s
 
     async def _wait_for_retry(self) -> None:
-        """With the lock held: sleep out the backoff (fetching stops meanwhile: < 1 % of a core)."""
+        """Sleep out the backoff (fetching stops meanwhile: < 1 % of a core)."""
         delay = self._retry_at - asyncio.get_running_loop().time()
         if delay > 0:
             await asyncio.sleep(delay)
-
-    async def _recover_store(self) -> bool:
-        """After :class:`StoreLost`: adopt a new epoch (marked lost). True once done; while Redis is
-        still away the epoch stays the old one, so the next store call fails again and retries."""
-        try:
-            epoch = await self.store.recover_from_loss()
-        except Exception as exc:
-            self._note_failure(exc)
-            return False
-        self._store_lost = False
-        log.warning(
-            "store lost data: new epoch %s; runs whose journal vanished are not resumed (dead-lettered store_lost)", epoch
-        )
-        return True
-
-    def _refuse_lost_run(self, routed: RunInput) -> Step:
-        """A record of a run whose journal vanished with the store: resuming it would renumber
-        events already published, so it is dead-lettered and nothing is published for it."""
-        self.stats["store_lost"] += 1
-        log.debug("run %s rw-seq %d: journal lost with the store; dead-lettered", routed.envelope.run_id, routed.envelope.seq)
-        return self.normalizer.reject(DeadLetter(routed.record, "the run's journal vanished with the store", DeadLetterCode.STORE_LOST))
 
     def _log(self, report: Report | None, exc: BaseException | None = None) -> None:
         if report is not None:
@@ -576,160 +478,27 @@ class NormalizerWorker:
             "lag": {str(p): n for p, n in sorted(self.health_metrics.lag.items())},
         }
 
-    # -- stepping ----------------------------------------------------------------------
+    async def adopt_committed_witness(self) -> None:
+        """Partitions were assigned: raise the store's witness to the highest write count the
+        group's commits carry for its epoch. At start-up the worker reads them once; a worker
+        that has been running since then knows only the counts its own writes saw, so a store
+        restored to a copy taken after its last write — but before the writes of a worker that
+        died and whose partitions it now takes over — would pass (issue 24). One admin request
+        per rebalance; if it fails, the check waits for the worker's own writes, as before."""
+        try:
+            _, counts = await asyncio.wait_for(committed_witness(self.settings), 5.0)
+        except Exception as exc:
+            log.info("could not read the group's committed store write counts (%s)", type(exc).__name__)
+            return
+        witness = self.store.witness
+        if witness.epoch is not None:
+            witness.saw(counts.get(witness.epoch))
 
-    def _runs_to_read(self, routed: Sequence[DeadLetter | RunInput]) -> list[RunKey]:
-        """The runs this poll meets without holding them: their journals are read first.
-
-        Judged on each run's first record in the poll: the later ones are ahead of the run's
-        state only until the earlier ones are stepped (asking for them read — and decoded —
-        the whole journal of every run with two records in a poll, for nothing)."""
-        first: dict[RunKey, RunInput] = {}
-        for item in routed:
-            if isinstance(item, RunInput):
-                first.setdefault(item.run, item)
-        return [run for run, item in first.items() if self.normalizer.needs_restore(item)]
-
-    async def _read_journals(self, runs: list[RunKey]) -> dict[RunKey, tuple[list[JournalEntry], Any]]:
-        """The journals (and ended markers) of ``runs``, in one round trip."""
-        return dict(zip(runs, await self.store.load_journals(runs), strict=True))
-
-    async def _step_and_send(
-        self, routed: Sequence[DeadLetter | RunInput], positions: list[int], steps: list[Step | None],
-        journals: dict[RunKey, tuple[list[JournalEntry], Any]], trace: Any,
-    ) -> list[asyncio.Future[Any]]:
-        """Step the records at ``positions`` (into ``steps``, which stays in record order), register
-        their content, then queue the outputs of their runs that did not end.
-
-        A poll is stepped in two parts when it meets runs this worker does not hold: the held
-        runs' records first, while the journal read of the others is in flight — so most records
-        do not wait a Redis round trip — then the new runs' records. Runs are independent: each
-        run's records keep their order, and only their order per run is a contract."""
-        part = []
-        for i in positions:
-            step = steps[i] = await self._step(routed[i], journals)
-            part.append(step)
-        trace.register(part)  # before Redis or Kafka can quote it (P8)
-        return await self._send([s for s in part if not s.run_ended]) if part else []
-
-    async def _step(self, routed: DeadLetter | RunInput, journals: dict[RunKey, tuple[list[JournalEntry], Any]]) -> Step:
-        """One record's Step. The core never raises (a record it cannot handle is dead-lettered,
-        an exception in translation fails that record's run only); what raises here is the
-        store, and that is an infrastructure failure: the poll is redone."""
-        if isinstance(routed, DeadLetter):
-            record = routed.record
-            self._warn_repeating(
-                ("dead_letter", routed.code), "dead-lettered raw record at partition %d offset %d (%s): %s",
-                record.partition, record.offset, routed.code, routed.reason,
-            )
-            return self.normalizer.reject(routed)
-        if self.normalizer.needs_restore(routed):
-            # fetched for this poll, once; a run met again in the poll after it ended reads it again
-            journal, ended = journals.pop(routed.run, None) or await self.store.load_journal(routed.run)
-            if not self.store.journal_intact(journal, ended, routed.envelope.seq):
-                return self._refuse_lost_run(routed)
-            self.normalizer.restore(routed, journal, ended=ended, doubtful=self.store.loss_window())
-        step = self.normalizer.accept(routed)
-        for warning in step.warnings:  # content-free by construction (P8); counted by the metrics
-            self._warn_repeating(
-                ("warning", routed.envelope.grammar, warning.code), "run %s line %d: %s", routed.envelope.run_id, warning.line, warning.message
-            )
-        if step.dead_letter is not None:  # codes and exception types only: never the record's content
-            record = routed.record
-            line = "run %s: record at partition %d offset %d dead-lettered (%s)%s"
-            args = (routed.envelope.run_id, record.partition, record.offset, step.dead_letter, f" after {step.error}" if step.error else "")
-            if step.dead_letter is DeadLetterCode.RUN_ENDED:
-                # a late record is counted (metrics, DLQ), not logged at WARNING: a producer that
-                # keeps sending after its run ended must not flood the log
-                log.debug(line, *args)
-            else:
-                self._warn_repeating(("dead_letter", step.dead_letter), line, *args)
-        if step.skipped:
-            self.stats["skipped"] += 1
-            # normal operation (the ingress's end record after the provider's own end): not INFO per run
-            log.debug("run %s: record skipped (%s)", routed.envelope.run_id, step.skipped)
-        return step
-
-    def _warn_repeating(self, kind: Any, line: str, *args: Any) -> None:
-        """A WARNING that one record causes: logged once per ``kind`` a minute, the next one saying
-        how many were held back (:class:`~reasonwire.workers.health.RepeatGate`); the metrics count all."""
-        held = self.repeats.admit(kind)
-        if held is not None:
-            log.warning(line + "%s", *args, held_back_note(held))
-
-    async def _send(self, steps: Sequence[Step]) -> list[asyncio.Future[Any]]:
-        """Queue every output with the producer, in order; the futures resolve on the broker's acks.
-
-        Outputs are appended to one record batch per topic partition (``send_batch``), not sent
-        one by one: ``send()`` per record built a future and took the accumulator's path for each
-        of ~2 outputs per raw record, and hashed the key again every time. Order within a
-        partition — all a run's outputs, since the key is the run id — is the order of
-        ``steps``."""
-        producer = self.producer
-        assert producer is not None
-        batches: dict[tuple[str, int], list[Any]] = {}
-        stats, chosen = self.stats, self._partitions
-        for step in steps:
-            for out in step.outbound:
-                partition = chosen.get((out.topic, out.key)) if out.key is not None else None
-                if partition is None:  # a run's first output on this topic, or no key
-                    partition = await self._partition(out.topic, out.key)
-                slot = batches.get((out.topic, partition))
-                if slot is None:
-                    slot = batches[(out.topic, partition)] = [producer.create_batch()]
-                if slot[-1].append(key=out.key, value=out.value, timestamp=None, headers=out.headers) is None:
-                    slot.append(producer.create_batch())  # full: the next one (a first record always fits)
-                    slot[-1].append(key=out.key, value=out.value, timestamp=None, headers=out.headers)
-                stats["dead_letters" if out.topic == topics.DLQ else "events"] += 1
-        pending = []
-        for (topic, partition), slot in batches.items():
-            for batch in slot:
-                pending.append(await producer.send_batch(batch, topic, partition=partition))
-        return pending
-
-    async def _partition(self, topic: str, key: bytes | None) -> int:
-        """The producer's own choice (murmur2 of the key, as Kafka's default partitioner), made once
-        per run and topic and remembered (``_send`` looks it up): a run keeps its partition."""
-        known = self._topic_partitions.get(topic)
-        if known is None:
-            known = self._topic_partitions[topic] = sorted(await self.producer.partitions_for(topic))  # type: ignore[union-attr]
-        partition = partition_of(key, known)
-        if key is not None:
-            if len(self._partitions) >= _PARTITION_CACHE:
-                self._partitions.clear()  # runs end; a cleared entry is recomputed identically
-            self._partitions[(topic, key)] = partition
-        return partition
-
-
-_PARTITION_CACHE = 65_536
-
-
-def _split_by_run(routed: Sequence[DeadLetter | RunInput], unread: set[RunKey]) -> tuple[list[int], list[int]]:
-    """Positions of the records of runs held here (and of records of no run), and of the
-    records of the ``unread`` runs, each in record order — one pass, a set lookup per record."""
-    held: list[int] = []
-    new: list[int] = []
-    for i, item in enumerate(routed):
-        (new if isinstance(item, RunInput) and item.run in unread else held).append(i)
-    return held, new
-
-
-def _offsets(records: Sequence[RawRecord]) -> dict[TopicPartition, tuple[int, int]]:
-    """Per partition: the poll's first offset (to rewind to) and the offset to commit.
-
-    Spans are kept per partition number and turned into ``TopicPartition`` keys once per
-    partition, not once per record (a named tuple built per record, on the hot path)."""
-    spans: dict[int, list[int]] = {}
-    for record in records:
-        offset = record.offset
-        span = spans.get(record.partition)
-        if span is None:
-            spans[record.partition] = [offset, offset + 1]
-        elif offset < span[0]:
-            span[0] = offset
-        elif offset >= span[1]:
-            span[1] = offset + 1
-    return {TopicPartition(topics.RAW, partition): (first, end) for partition, (first, end) in spans.items()}
+    async def start_outbox(self) -> None:
+        """The producer's partitions of every output topic, read once (a run keeps its partition)."""
+        assert self.producer is not None
+        partitions = {topic: sorted(await self.producer.partitions_for(topic)) for topic in topics.ALL if topic != topics.RAW}
+        self.outbox = Outbox(self.producer, partitions)
 
 
 class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -743,7 +512,10 @@ class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]
             await self.worker.forget(list(revoked))
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        """Nothing to do: runs are restored lazily from their journal on their next record."""
+        """Runs are restored lazily from their journal on their next record; before that, the
+        store's write count is judged against what the group committed (:meth:`NormalizerWorker.adopt_committed_witness`)."""
+        if self.worker is not None and assigned:
+            await self.worker.adopt_committed_witness()
 
 
 async def ensure_topics(settings: WorkerSettings) -> dict[str, int]:
@@ -932,10 +704,13 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
             worker.normalizer.limits = await output_limits(settings)
         except Exception as exc:  # the defaults are Kafka's own: a worker still starts, and says so
             log.warning("could not read the output topics' max.message.bytes (%s): assuming Kafka's default", type(exc).__name__)
+        # linger_ms=0: the outbox hands over batches that are built already (issue 27); acks=all +
+        # idempotence: on a replicated cluster a broker lost mid-stream loses no output
         worker.producer = AIOKafkaProducer(
-            bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", enable_idempotence=True, linger_ms=2, **client_kwargs()
+            bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", enable_idempotence=True, linger_ms=0, **client_kwargs()
         )
         await worker.producer.start()
+        await worker.start_outbox()
 
     @app.after_startup
     async def _start_expiry() -> None:

@@ -389,3 +389,94 @@ async def test_a_redis_out_of_memory_repeats_a_polls_outputs_a_bounded_number_of
     assert c.stream(run.run_id) == _offline(run)
     copies = max(len(v) for v in c.events[run.run_id].values())
     assert copies <= 3, f"an output was published {copies} times during the outage"
+
+
+async def test_a_running_worker_judges_the_store_by_the_groups_commits_when_it_takes_partitions_over_issue24_item4(
+    primed_group: WorkerSettings, producer: Any, redis: Redis
+) -> None:
+    """Worker B runs idle; worker A owns a run's partition, writes and commits the store's write
+    count. The store is put back to a copy taken after B's last write but before A's last ones;
+    A leaves and B takes its partitions over. B read the group's counts only at its start-up and
+    its own writes saw less than the copy holds: before, it took the store for intact and went
+    on from the old journal (renumbering). Now it reads the group's counts when partitions are
+    assigned, and refuses the run (``store_lost``)."""
+    settings = dataclasses.replace(primed_group, inactivity_timeout_s=120, health_port=0)
+    telemetry = setup_telemetry(install_global=False, env={})
+    app_b, worker_b = create_app(settings, telemetry)
+    app_a, worker_a = create_app(settings, telemetry)
+    a_running = False
+    try:
+        await app_b.start()
+        await _assigned(worker_b)
+        await app_a.start()
+        a_running = True
+        await _assigned(worker_a)
+        await _until_split(worker_a, worker_b)
+        owned = sorted(tp.partition for tp in worker_a.consumer.assignment())  # type: ignore[union-attr]
+        run, records = _run_on(owned, await producer.partitions_for("reasoning.raw.v1"))
+        third = len(records) // 3
+        keys = [EPOCH_KEY, journal_key(run.tenant, run.run_id), ended_key(run.tenant, run.run_id)]
+        await send(producer, records[:third])
+        async with Collector(settings.kafka_bootstrap_servers) as c:
+            await c.until(lambda c: len(c.events.get(run.run_id, {})) >= 3, timeout=60)
+            await asyncio.sleep(1.0)  # committed
+        copy = await _dump(redis, keys)  # the backup
+        assert worker_b.store.witness.count < int(await redis.hget(EPOCH_KEY, "w") or 0), "B saw every write: nothing to test"
+        await send(producer, records[third : 2 * third])
+        deadline = time.monotonic() + 30
+        while len(await redis.hkeys(journal_key(run.tenant, run.run_id))) < 2 * third and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1.5)  # A's polls commit, with the store's write count in their metadata
+        await _restore(redis, copy)  # the store goes back to the copy
+        await app_a.stop()  # B takes A's partitions over
+        a_running = False
+        await _until_owned(worker_b, owned)
+        await send(producer, records[2 * third :])
+        rest = {r.key for r in records[2 * third :]}
+        async with Collector(settings.kafka_bootstrap_servers) as c:
+            lost = lambda c: sum(1 for k, _, h in c.dlq if k in rest and h.get("rw-dlq-code") == "store_lost")  # noqa: E731
+            with contextlib.suppress(AssertionError):
+                await c.until(lambda c: lost(c) >= len(records) - 2 * third or c.finished(run.run_id), timeout=45)
+            await asyncio.sleep(1.5)
+            await c.until(lambda c: True)
+    finally:
+        if a_running:
+            await app_a.stop()
+        await app_b.stop()
+        telemetry.log_guard.uninstall()
+    _one_number_one_event(c, [(run, records)])
+    assert lost(c) == len(records) - 2 * third  # refused, every later record accounted for
+
+
+async def _assigned(worker: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while (worker.consumer is None or not worker.consumer.assignment()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert worker.consumer is not None and worker.consumer.assignment(), "no partitions assigned"
+
+
+async def _until_split(a: Any, b: Any, timeout: float = 60) -> None:
+    """Until the group's rebalance gave each worker some partitions."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if a.consumer.assignment() and b.consumer.assignment() and not (a.consumer.assignment() & b.consumer.assignment()):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError("the two workers never split the partitions")
+
+
+async def _until_owned(worker: Any, partitions: list[int], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not set(partitions) <= {tp.partition for tp in worker.consumer.assignment()} and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert {tp.partition for tp in worker.consumer.assignment()} >= set(partitions), "the partitions never moved"
+
+
+def _run_on(partitions: list[int], every: set[int]) -> tuple[RunEnvelope, list[OutgoingRecord]]:
+    """A run whose records land on one of ``partitions`` (Kafka's default partitioner)."""
+    from reasonwire.workers.partitions import partition_of
+
+    while True:
+        [(run, records)] = _runs("takeover", 1)
+        if partition_of(run.run_id.encode(), sorted(every)) in partitions:
+            return run, records

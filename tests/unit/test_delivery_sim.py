@@ -1,16 +1,15 @@
 """Seeded deterministic simulation of the normalizer's delivery protocol under faults (issue 13).
 
-What is simulated: the real sans-I/O core (:class:`reasonwire.workers.core.normalizer.Normalizer`, every
-accept / restore / dead-letter decision) driven by a model of the worker's protocol
-(``workers/normalize.py``) against an in-memory broker and store: pipelined polls (up to
-``MAX_IN_FLIGHT``), each poll's Redis transaction in poll order, the outputs of open runs sent
-while stepping and those of ended runs after the transaction, ended markers after every
-output is acknowledged, commits in poll order. Faults are injected at every step — a send
-that fails after publishing part of its records, a Redis transaction that fails before or
-after it wrote, a commit that fails before or after it landed — each followed by the
-adapter's rewind (seek every partition in flight to its first uncommitted record, drop its
-runs); and a crash (memory lost, restart from the committed offsets) can happen between any
-two actions. Partitions also move to another worker and back (a rebalance: the revoked worker
+What is simulated: the production delivery state machine
+(:class:`reasonwire.workers.core.delivery_machine.DeliveryMachine`, issue 27: every decision of
+the worker between a poll and its commit) over the real sans-I/O core
+(:class:`reasonwire.workers.core.normalizer.Normalizer`), against an in-memory broker and store.
+The driver here only performs the actions the machine returns — in any order among those
+outstanding, as the adapter runs them concurrently — and reports their outcome: there is no
+second model of the ordering in this file. Faults are injected at every action — a send that
+fails after publishing part of its records, a Redis transaction that fails before or after it
+wrote, a commit that fails before or after it landed — and the machine's rewind follows; a
+crash (memory lost, restart from the committed offsets) can happen between any two actions. Partitions also move to another worker and back (a rebalance: the revoked worker
 settles what is in flight and drops its runs, as its listener does).
 
 The input is hostile: runs from the sample streams with records lost, swapped, duplicated
@@ -42,10 +41,10 @@ epoch id kept). The store model applies the write script's rules from the core
 (``fence_accepts``, the write count against the ``Witness``). A test shows the scenarios can fail:
 without the fence or without the witness, seeds break.
 
-Not simulated: the asyncio adapter code itself (this is a model of its ordering, checked by the
-integration tests on a live broker; issue 27 replaces the model with the production state
-machine), runs whose records move to another partition (``tests/integration/test_fence.py``
-checks that at the store), and a Redis Cluster (no fence there yet).
+Not simulated: the asyncio adapter (``workers/normalize.py``) that performs the actions —
+tests/integration/test_delivery_adapter.py checks it performs only what the machine returned —
+runs whose records move to another partition (``tests/integration/test_fence.py`` checks that
+at the store), and a Redis Cluster.
 """
 
 from __future__ import annotations
@@ -71,8 +70,9 @@ from reasonwire.workers.core import events as ev
 from reasonwire.workers.core import normalizer as core
 from reasonwire.workers.core.translator import Rejection, RunEnd, Translation
 from reasonwire.workers.core.delivery import DeadLetterCode, OutputLimits
-from reasonwire.workers.core.fence import Witness, fence_accepts, journal_complete
-from reasonwire.workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, Outbound, RawRecord, RunInput, RunKey, Step
+from reasonwire.workers.core.fence import Witness, fence_accepts
+from reasonwire.workers.core.delivery_machine import Acknowledged, Action, Close, Commit, DeliveryMachine, Failure, Forgot, Probe, ReadJournals, RecoverStore, Retired, Seek, Send, Stepped, Write
+from reasonwire.workers.core.normalizer import JournalEntry, Normalizer, Outbound, RawRecord, RunKey, Step
 from reasonwire.workers.ingress import RunEnvelope, raw_records
 from reasonwire.workers.sse import ProviderEvent, read_events
 
@@ -311,23 +311,20 @@ class Moved(Fault):
         self.runs = runs
 
 
-@dataclass(eq=False)
-class Flight:
-    steps: list[Step]
-    offsets: dict[int, tuple[int, int]]
-    stage: int = 0
-    """0 stepped (open runs' outputs sent), 1 transaction done (ended runs' outputs sent), 2 ended markers written."""
-
-
 class Worker:
-    """The protocol of ``NormalizerWorker`` (one process), over the in-memory services."""
+    """One worker process: the production :class:`DeliveryMachine` (the decisions) driven over
+    the in-memory services. The actions it returns are outstanding at once, as the adapter runs
+    them concurrently; each simulated moment performs one of them, chosen at random, with
+    faults — so completions arrive in every order the adapter could see."""
 
     def __init__(self, world: World, normalizer: Normalizer) -> None:
         self.world = world
         self.n = normalizer
         self.n.token = f"w{id(normalizer) % 100_000}"
+        self.machine = DeliveryMachine(normalizer, max_in_flight=MAX_IN_FLIGHT)
         self.position = dict(world.committed)
-        self.flights: deque[Flight] = deque()
+        self.pending: list[Action] = []
+        """Actions returned by the machine and not performed yet."""
         self.witness = Witness()
         if world.stream_time:
             self.n.clock.step = 1.0  # one fetch response per action
@@ -336,109 +333,92 @@ class Worker:
         commits are refused; its fetches, writes and sends still go through."""
         world.store.claim(self.witness, {world.metadata[0]: world.metadata[1]} if world.metadata[0] else {})  # start-up: the commits' witness
 
-    def _step(self, routed: DeadLetter | RunInput) -> Step:
-        if isinstance(routed, DeadLetter):
-            return self.n.reject(routed)
-        if self.n.needs_restore(routed):
-            journal, ended = self.world.store.load(routed.run, self.witness)
-            if self.world.store.lost and not ended and not journal_complete((e.seq for e in journal), routed.envelope.seq):
-                return self.n.reject(DeadLetter(routed.record, "the run's journal vanished with the store", DeadLetterCode.STORE_LOST))
-            self.n.restore(routed, journal, ended=ended, doubtful=self.world.store.lost)
-        return self.n.accept(routed, now=None if self.world.stream_time else 0.0)
+    def take(self, actions: list[Action]) -> None:
+        """What the adapter does with the machine's answer: I/O goes out, a seek moves the
+        fetch position, notifications are only read."""
+        for action in actions:
+            if isinstance(action, Seek):
+                self.position.update(action.offsets)
+            elif not isinstance(action, (Stepped, Acknowledged, Retired, Forgot)):
+                self.pending.append(action)
 
     def observe(self) -> None:
         """``_observe_partitions``: a partition is caught up once every record in its log is stepped."""
         for p in self.world.logs:
             end = self.world.end(p)
             caught_up = self.position[p] >= end and self.n.stepped_to(p) >= end
-            self.n.clock.observe(p, caught_up=caught_up, fetched_at=float(self.world.clock))
-    def poll(self, rng: random.Random, faulty: bool) -> None:
-        for p in self.world.logs:  # ``_note_replay``: the log end when a partition is first fetched
-            if not self.n.knows(p):
-                self.n.replay_until(p, self.world.end(p))
+            self.machine.observe(p, caught_up=caught_up, fetched_at=float(self.world.clock))
+
+    def poll(self, rng: random.Random) -> None:
+        """A fetch: a few records of every partition from the fetch position."""
+        if not self.machine.accepting:
+            return
         records = []
         for p, log in self.world.logs.items():
             take = rng.randint(1, 4)
             records += log[self.position[p] : min(self.world.end(p), self.position[p] + take)]
             self.position[p] = min(self.world.end(p), self.position[p] + take)
-        if not records:
-            return
-        offsets: dict[int, tuple[int, int]] = {}
-        for r in records:
-            first, end = offsets.get(r.partition, (r.offset, r.offset + 1))
-            offsets[r.partition] = (min(first, r.offset), max(end, r.offset + 1))
-        # ``NormalizerWorker.handle``: route all; step the runs held here and send their open runs'
-        # outputs while the journal read of the runs met without being held is in flight (it may
-        # fail after those went out); then step those runs and send theirs. Steps stay in record order.
-        routed = [self.n.route(r) for r in records]
-        first: dict[Any, RunInput] = {}
-        for item in routed:
-            if isinstance(item, RunInput):
-                first.setdefault(item.run, item)
-        unread = {run for run, item in first.items() if self.n.needs_restore(item)}
-        steps: list[Any] = [None] * len(routed)
-        self.flights.append(Flight(steps, offsets))
-        held = [i for i, item in enumerate(routed) if not (isinstance(item, RunInput) and item.run in unread)]
-        new = [i for i, item in enumerate(routed) if isinstance(item, RunInput) and item.run in unread]
-        for part in (held, new) if new else (held,):
-            if part is new:
-                self.world.redis(lambda: None, rng, faulty)  # the journal read
-            for i in part:
-                steps[i] = self._step(routed[i])
-            self.world.send([o for i in part if not steps[i].run_ended for o in steps[i].outbound], rng, faulty)
+        if records:
+            self.take(self.machine.poll(records, {p: self.world.end(p) for p in self.world.logs}))
+
+    def tick(self) -> None:
+        """The expiry tick: by the stream clock, or (``now=0``) every open run times out."""
+        if self.world.stream_time:
+            self.take(self.machine.tick(timeout_s=3.0))
+        else:
+            self.take(self.machine.tick(now=0.0, timeout_s=0.0))
 
     def advance(self, rng: random.Random, faulty: bool) -> None:
-        """The oldest flight that can move on does: transaction (+ ended outputs), markers, commit."""
-        for i, flight in enumerate(self.flights):
-            before = self.flights[i - 1].stage if i else 2
-            if flight.stage == 0 and before >= 1:
-                self.world.redis(lambda f=flight: self.world.store.apply(f.steps, self.witness), rng, faulty)
-                flight.stage = 1
-                self.world.send([o for s in flight.steps if s.run_ended for o in s.outbound], rng, faulty)
+        """One outstanding action, chosen at random, performed and reported."""
+        if self.pending:
+            self.perform(self.pending.pop(rng.randrange(len(self.pending))), rng, faulty)
+
+    def perform(self, action: Action, rng: random.Random, faulty: bool) -> None:
+        world, store, machine = self.world, self.world.store, self.machine
+        try:
+            if isinstance(action, ReadJournals):
+                world.redis(lambda: None, rng, faulty)
+                loaded = {run: store.load(run, self.witness) for run in action.runs}
+                self.take(machine.journals_read(action, loaded, doubtful=store.lost))
                 return
-            if flight.stage == 1 and before >= 2:
-                self.world.redis(lambda f=flight: self.world.store.close(f.steps, self.witness), rng, faulty)
-                flight.stage = 2
-                return
-        ready = []
-        for flight in self.flights:
-            if flight.stage < 2:
-                break
-            ready.append(flight)
-        if ready:
-            offsets = {p: end for f in ready for p, (_, end) in f.offsets.items()}
+            if isinstance(action, Send):
+                world.send(list(action.outbound), rng, faulty)
+            elif isinstance(action, Write):
+                world.redis(lambda: world.store.apply(list(action.steps), self.witness), rng, faulty)
+            elif isinstance(action, Close):
+                world.redis(lambda: world.store.close(list(action.steps), self.witness), rng, faulty)
+            elif isinstance(action, Probe):
+                world.redis(lambda: world.store._check(self.witness), rng, faulty)
+            elif isinstance(action, RecoverStore):
+                world.redis(lambda: world.store.claim(self.witness, None), rng, faulty)
+            elif isinstance(action, Commit):
+                world.redis(lambda: self._commit(action), rng, faulty)  # fails before or after it lands
+        except Moved as failure:
+            self.take(machine.failed(action, Failure.MOVED, failure.runs))
+        except Gone:
+            self.take(machine.failed(action, Failure.STORE_LOST))
+        except Fault:
+            self.take(machine.failed(action, Failure.OUTAGE))
+        else:
+            self.take(machine.done(action))
 
-            def commit() -> None:
-                if self.zombie:
-                    raise Fault("the group's generation moved on: commit refused")
-                self.world.committed.update(offsets)
-                self.world.metadata = (self.witness.epoch or "", self.witness.count)
-
-            self.world.redis(commit, rng, faulty)  # the commit fails like a write: before or after it lands
-            for flight in ready:
-                self.flights.remove(flight)
-
-    def rewind(self, failure: Fault | None = None) -> None:
-        """``NormalizerWorker._rewind``: every partition in flight back to its first uncommitted
-        record; the runs the fence refused dropped; after a store loss (or rollback) a new epoch
-        and every run dropped."""
-        first: dict[int, int] = {}
-        for flight in self.flights:
-            for p, (start, _) in flight.offsets.items():
-                first[p] = min(start, first.get(p, start))
-        self.flights.clear()
-        self.n.forget_partitions(first)
-        if isinstance(failure, Moved):
-            self.n.forget_runs(failure.runs)
-        if isinstance(failure, Gone):
-            self.world.store.claim(self.witness, None)
-            self.n.forget_all()
-        for p in first:
-            self.position[p] = self.world.committed[p]
+    def _commit(self, action: Commit) -> None:
+        if self.zombie:
+            raise Fault("the group's generation moved on: commit refused")
+        self.world.committed.update(action.offsets)
+        self.world.metadata = (self.witness.epoch or "", self.witness.count)
 
     def settle(self, rng: random.Random) -> None:
-        while self.flights:
+        """Every outstanding action performed without faults, until the machine has settled."""
+        while self.pending:
             self.advance(rng, faulty=False)
+        assert self.machine.settled or not self.machine._flights, "actions done, yet flights wait"
+
+    def revoke(self, rng: random.Random) -> None:
+        """The rebalance listener: settle what is in flight, then drop the partitions' runs."""
+        self.take(self.machine.revoke(self.world.logs))
+        self.settle(rng)
+        assert not self.machine.revoking
 
 
 class World:
@@ -517,7 +497,7 @@ def simulate(
     backups: list[Store] = []
     actions = 0
     calm_after = rng.randint(5, 120) if faults else 0
-    while not world.done() or worker.flights:
+    while not world.done() or not worker.machine.settled:
         actions += 1
         world.clock += 1
         world.produce(rng)
@@ -530,64 +510,51 @@ def simulate(
             _zombie_acts(frozen, i, rng, timeouts)
             continue
         roll = rng.random()
-        try:
-            if faulty and roll < 0.04:  # crash between any two actions
-                normalizers[owner] = Normalizer(limits=scenario.limits)
-                worker = Worker(world, normalizers[owner])
-            elif faulty and roll < 0.07:  # a rebalance: the partitions move to the other worker and back
-                worker.settle(rng)  # ``forget``: what is in flight is committed, then the runs are dropped
-                worker.n.forget_partitions(world.logs, revoked=True)
-                owner = 1 - owner
-                worker = Worker(world, normalizers[owner])
-            elif zombies and faulty and roll < 0.10:  # the owner freezes; the group moves on without it
-                worker.zombie = True
-                frozen.append((worker, rng.random() < paused))
-                normalizers[owner] = Normalizer(limits=scenario.limits)
-                worker = Worker(world, normalizers[owner])
-            elif rollback and faulty and roll < 0.13:  # backups are taken; the store is restored from one, once
-                if backups and rng.random() < 0.5:
-                    world.store = backups.pop(rng.randrange(len(backups))).copy()
-                    rollback = False
-                else:
-                    backups.append(world.store.copy())
-            elif timeouts and owner_expires and faulty and roll < 0.16 and len(worker.flights) < MAX_IN_FLIGHT:  # the expiry tick
-                steps = worker.n.expire(timeout_s=3.0) if stream_time else worker.n.expire(now=0.0, timeout_s=0.0)
-                if steps:
-                    worker.flights.append(Flight(steps, {}))
-            elif len(worker.flights) < MAX_IN_FLIGHT and roll < 0.55:
-                worker.poll(rng, faulty)
-            elif worker.flights:
-                worker.advance(rng, faulty)
+        if faulty and roll < 0.04:  # crash between any two actions: what was outstanding never happens
+            normalizers[owner] = Normalizer(limits=scenario.limits)
+            worker = Worker(world, normalizers[owner])
+        elif faulty and roll < 0.07:  # a rebalance: the partitions move to the other worker and back
+            worker.revoke(rng)
+            owner = 1 - owner
+            worker = Worker(world, normalizers[owner])
+        elif zombies and faulty and roll < 0.10:  # the owner freezes; the group moves on without it
+            worker.zombie = True
+            frozen.append((worker, rng.random() < paused))
+            normalizers[owner] = Normalizer(limits=scenario.limits)
+            worker = Worker(world, normalizers[owner])
+        elif rollback and faulty and roll < 0.13:  # backups are taken; the store is restored from one, once
+            if backups and rng.random() < 0.5:
+                world.store = backups.pop(rng.randrange(len(backups))).copy()
+                rollback = False
             else:
-                worker.poll(rng, faulty)
-        except Fault as failure:
-            worker.rewind(failure)
+                backups.append(world.store.copy())
+        elif timeouts and owner_expires and faulty and roll < 0.16:  # the expiry tick
+            worker.tick()
+        elif worker.machine.accepting and roll < 0.55:
+            worker.poll(rng)
+        elif worker.pending:
+            worker.advance(rng, faulty)
+        else:
+            worker.poll(rng)
     return world.published, actions
 
 
 def _zombie_acts(frozen: list[tuple[Worker, bool]], i: int, rng: random.Random, timeouts: bool) -> None:
     """One action of a worker that lost its partitions without being told (see :func:`simulate`)."""
     zombie, stalled = frozen[i]
-    try:
-        if stalled:  # ``_after_stall``: settle what is in flight, then drop every run held
-            frozen[i] = (zombie, False)
-            try:
-                zombie.settle(rng)
-            finally:
-                zombie.n.forget_all()
-        elif rng.random() < 0.08:  # it rejoins: its listener drops everything; it is a standby now
-            zombie.n.forget_partitions(zombie.world.logs, revoked=True)
-            frozen.pop(i)
-        elif zombie.flights and rng.random() < 0.5:
-            zombie.advance(rng, faulty=False)
-        elif timeouts and rng.random() < 0.3 and len(zombie.flights) < MAX_IN_FLIGHT:
-            steps = zombie.n.expire(timeout_s=3.0) if zombie.world.stream_time else zombie.n.expire(now=0.0, timeout_s=0.0)
-            if steps:
-                zombie.flights.append(Flight(steps, {}))
-        elif len(zombie.flights) < MAX_IN_FLIGHT:
-            zombie.poll(rng, faulty=False)
-    except Fault as failure:
-        zombie.rewind(failure)
+    if stalled:  # ``_after_stall``: what is in flight settles, then every run held is dropped
+        frozen[i] = (zombie, False)
+        zombie.take(zombie.machine.stall())
+        zombie.settle(rng)
+    elif rng.random() < 0.08:  # it rejoins: its listener settles and drops everything; it is a standby now
+        zombie.revoke(rng)
+        frozen.pop(i)
+    elif zombie.pending and rng.random() < 0.5:
+        zombie.advance(rng, faulty=False)
+    elif timeouts and rng.random() < 0.3:
+        zombie.tick()
+    else:
+        zombie.poll(rng)
 
 
 def _by_identity(published: list[Outbound]) -> tuple[dict[tuple[str, bytes | None, int], set[bytes]], set[Any], set[Any]]:
@@ -791,17 +758,15 @@ def test_delivery_simulation_with_store_rollback_never_reuses_numbers_issue24(st
 def test_the_simulation_catches_a_store_without_the_fence_or_the_witness_issue24(monkeypatch: pytest.MonkeyPatch, stub_translators: None) -> None:
     """The new scenarios are real checks. Without the fence, zombies cut off from the group (no
     pause) that expire runs while producers go on sending reuse numbers; without the witness, a
-    restored store renumbers runs.
-
-    With the fence such a zombie can still lose a race at the timeout's edge: its ``RUN_ERROR``
-    wins the fence a moment after the owner restored the run, and the owner's outputs of the next
-    record were sent before its own write was refused. The worker narrows that to a zombie that
-    loses its membership between the offset commit it makes before every expiry and the write
-    (``NormalizerWorker._member``); docs/reliability.md states it."""
+    restored store renumbers runs. With both, no seed breaks: the race the fence alone left open
+    — a zombie's ``RUN_ERROR`` winning the fence a moment after the owner restored the run, the
+    owner's outputs of the next record already sent — is closed by the machine holding a restored
+    run's outputs until its first write is accepted (issue 24; found by this test with the old
+    model, 1 seed in 200)."""
 
     def caught(**kind: Any) -> int:
         found = 0
-        for seed in range(200):
+        for seed in range(300):
             try:
                 _invariants(seed, simulate(_scenario(random.Random(seed)), random.Random(seed + 7), faults=True, **kind)[0])
             except AssertionError:
@@ -812,7 +777,8 @@ def test_the_simulation_catches_a_store_without_the_fence_or_the_witness_issue24
     with_fence = caught(**zombies_expiring)
     monkeypatch.setattr(sys.modules[__name__], "fence_accepts", lambda current, expected, new, ended: True)
     without = caught(**zombies_expiring)
-    assert without > 5 * max(1, with_fence), f"the fence made no difference ({without} seeds against {with_fence})"
+    assert with_fence == 0, f"{with_fence} seeds broke an invariant with the fence"
+    assert without >= 2, f"the fence made no difference ({without} seeds broke without it)"
     monkeypatch.undo()
     monkeypatch.setattr(core, "translator_for", lambda grammar, **kw: StubTranslator(**kw))
     monkeypatch.setattr(Witness, "rolled_back", lambda self, epoch, count: False)

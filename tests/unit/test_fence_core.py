@@ -185,29 +185,8 @@ async def test_a_stalled_worker_drops_every_run_before_it_steps_again_issue24_it
     _accept_all(worker.normalizer, _records()[:3])
     assert worker.normalizer.open_runs == 1
     worker._beat = time.monotonic() - 10  # the loop stood still (SIGSTOP, a VM pause)
-    await worker._after_stall()
+    worker._after_stall()
     assert worker.normalizer.open_runs == 0 and stalled(3.0) and not stalled(0.5)
-
-
-async def test_after_a_redis_failure_nothing_is_stepped_or_sent_until_a_write_goes_through_issue24() -> None:
-    """During a Redis OOM every retried poll sent its continuing runs' outputs again (1,632 copies)."""
-    from redis.exceptions import ResponseError
-
-    worker = _worker()
-    probes: list[int] = []
-
-    async def refused() -> None:
-        probes.append(1)
-        raise ResponseError("OOM command not allowed when used memory > 'maxmemory'.")
-
-    stepped: list[Any] = []
-    worker.store.probe = refused  # type: ignore[method-assign]
-    worker._step_and_send = lambda *a: stepped.append(a)  # type: ignore[method-assign,assignment,return-value]
-    worker._note_failure(ResponseError("OOM command not allowed"))
-    worker._retry_at = 0.0
-    await worker.handle(_records()[:3])
-    assert probes == [1] and stepped == [] and worker._probe_store
-    worker.telemetry.telemetry.log_guard.uninstall()
 
 
 @pytest.mark.parametrize("policy", ["volatile-lru", "allkeys-lru", "volatile-ttl"])

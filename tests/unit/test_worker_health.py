@@ -12,6 +12,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from reasonwire.workers.core.delivery_machine import Stepped
 from reasonwire.workers.core.normalizer import RawRecord
 from reasonwire.workers.ingress import RunEnvelope
 from reasonwire.workers.normalize import NormalizerWorker
@@ -28,7 +29,7 @@ def _worker(timeout_s: float) -> tuple[NormalizerWorker, list[Any]]:
     store = ArtefactStore(Redis.from_url("redis://127.0.0.1:1/0"), artefact_ttl_s=60, journal_ttl_s=60)
     worker = NormalizerWorker(WorkerSettings(inactivity_timeout_s=timeout_s), None, store, telemetry)  # type: ignore[arg-type]
     launched: list[Any] = []
-    worker._launch = launched.append  # type: ignore[method-assign]  # the flight's I/O is not under test
+    worker._take = lambda actions: launched.extend(a for a in actions if isinstance(a, Stepped))  # type: ignore[method-assign]  # the I/O is not under test
     run = RunEnvelope("openai-responses", "idle-run", "thread")
     item = worker.normalizer.route(RawRecord(b"idle-run", FIRST, tuple(run.headers(0)), 0, 0))
     worker.normalizer.accept(item, now=-60.0)  # held, silent for a minute of stream time (issue 24: the clock starts at 0)
@@ -98,60 +99,3 @@ async def test_a_revoked_partition_is_no_longer_reported_in_the_lag() -> None:
     assert worker.health_metrics.lag == {0: 5}
 
 
-async def _expiry_that_failed() -> tuple[NormalizerWorker, Any]:
-    """A worker whose expiry tick ended its idle run, and whose flight then failed in the store."""
-    telemetry = NormalizerTelemetry(setup_telemetry(install_global=False, env={}), group_id="g")
-    store = ArtefactStore(Redis.from_url("redis://127.0.0.1:1/0"), artefact_ttl_s=60, journal_ttl_s=60)
-    worker = NormalizerWorker(WorkerSettings(inactivity_timeout_s=0.2), None, store, telemetry)  # type: ignore[arg-type]
-    run = RunEnvelope("openai-responses", "idle-run", "thread")
-    worker.normalizer.accept(worker.normalizer.route(RawRecord(b"idle-run", FIRST, tuple(run.headers(0)), 0, 0)), now=-60.0)  # a minute of stream time ago
-    worker._healthy_since = time.monotonic() - 100
-
-    async def store_down(steps: Any) -> int:
-        raise RedisConnectionError("down")
-
-    worker.store.apply = store_down  # type: ignore[method-assign]  # the flight fails in its Redis write
-    await worker.expire_idle_runs()
-    [flight] = worker._flights
-    [step] = flight.steps
-    assert step.run_ended and worker.normalizer.open_runs == 0  # the core let the run go
-    await flight.done
-    assert worker._recovery is not None
-    await worker._recovery  # the rewind after the failure
-    return worker, step
-
-
-async def test_an_expiry_whose_flight_failed_is_sent_again_by_the_next_tick() -> None:
-    """Found by review: a failed expiry flight was rewound like a poll, but no record brings an
-    idle run back — its RUN_ERROR was never sent and the run stayed open for good."""
-    worker, step = await _expiry_that_failed()
-    worker._healthy_since, worker._retry_at = time.monotonic() - 100, 0.0
-    launched: list[Any] = []
-    worker._launch = launched.append  # type: ignore[method-assign]
-    await worker.expire_idle_runs()
-    [again] = launched
-    assert list(again.steps) == [step]  # the same events (identity), the same idempotent writes
-    assert any(b'"RUN_ERROR"' in (o.value or b"") and b"inactivity_timeout" in (o.value or b"") for o in step.outbound)
-
-
-async def test_a_record_of_the_run_or_a_revocation_drops_the_expiry_to_send_again() -> None:
-    from aiokafka import TopicPartition
-
-    from reasonwire.contracts import topics
-
-    worker, _ = await _expiry_that_failed()
-    assert list(worker._unsent_expiries) == [("default", "idle-run")]
-    await worker.forget([TopicPartition(topics.RAW, 0)])  # the run's partition went to another worker
-    assert worker._unsent_expiries == {}
-
-    worker, _ = await _expiry_that_failed()
-
-    async def journal_unread(runs: Any) -> Any:
-        raise RedisConnectionError("down")
-
-    worker.store.load_journals = journal_unread  # type: ignore[method-assign]
-    worker._retry_at = 0.0
-    worker._probe_store = False  # Redis takes writes again (issue 24: a poll is stepped only then)
-    run = RunEnvelope("openai-responses", "idle-run", "thread")
-    await worker.handle([RawRecord(b"idle-run", b'{"type":"response.in_progress"}', tuple(run.headers(1)), 0, 1)])
-    assert worker._unsent_expiries == {}  # the ingress was alive: the run goes on from its journal

@@ -1,0 +1,292 @@
+"""The delivery state machine's rules one by one (issue 27), without I/O: each test feeds it what
+happened and reads what it says to do. The seeded fault simulation (test_delivery_sim.py)
+drives the same class through thousands of schedules; these pin the individual decisions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.conformance.oracle import LOCAL_FIXTURES
+from reasonwire.workers.core.delivery_machine import (
+    Acknowledged, Close, Commit, DeliveryMachine, Failure, Forgot, Probe, ReadJournals, RecoverStore, Retired, Seek, Send, Stepped, Write,
+)
+from reasonwire.workers.core.normalizer import Normalizer, RawRecord
+from reasonwire.workers.ingress import RunEnvelope, raw_records
+from reasonwire.workers.sse import read_events
+
+FIXTURE = LOCAL_FIXTURES / "openai-responses" / "c_interleaved_reasoning_tool_calls.jsonl"
+
+
+def _records(run_id: str, partition: int = 0, first_offset: int = 0) -> list[RawRecord]:
+    run = RunEnvelope("openai-responses", run_id, f"thread-{run_id}")
+    with FIXTURE.open() as f:
+        return [RawRecord(r.key, r.value, tuple(r.headers), partition, first_offset + i) for i, r in enumerate(raw_records(run, read_events(f)))]
+
+
+def _of(actions: list[Any], kind: type) -> list[Any]:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def _machine(**kw: Any) -> DeliveryMachine:
+    normalizer = Normalizer()
+    normalizer.token = "me"
+    return DeliveryMachine(normalizer, **kw)
+
+
+def _held(machine: DeliveryMachine, records: list[RawRecord]) -> None:
+    """Poll ``records`` and complete every action, so the run is held and confirmed."""
+    pending = machine.poll(records, {})
+    while True:
+        io = [a for a in pending if not isinstance(a, (Stepped, Acknowledged, Retired, Forgot, Seek))]
+        if not io:
+            return
+        pending = []
+        for action in io:
+            if isinstance(action, ReadJournals):
+                pending += machine.journals_read(action, {run: ([], False) for run in action.runs}, doubtful=False)
+            else:
+                pending += machine.done(action)
+
+
+def test_held_runs_are_sent_while_a_new_runs_journal_is_read_and_steps_keep_record_order() -> None:
+    """A poll meeting a run it does not hold: the held run's outputs go out at once, the new
+    run's records wait for its journal (issue 17), and the flight's Steps keep record order."""
+    machine = _machine()
+    held, new = _records("held"), _records("new", partition=1)
+    _held(machine, held[:3])
+    actions = machine.poll([new[0], held[3], held[4]], {1: 0})
+    [send] = _of(actions, Send)
+    assert {o.key for o in send.outbound} == {b"held"} and not send.terminal
+    [read] = _of(actions, ReadJournals)
+    assert [r.run_id for r in read.runs] == ["new"] and not _of(actions, Write)
+    assert not machine.accepting, "a poll waiting for a journal keeps the next one out (each run's order)"
+    after = machine.journals_read(read, {read.runs[0]: ([], False)}, doubtful=False)
+    [stepped] = _of(after, Stepped)
+    assert stepped.complete
+    [write] = _of(after, Write)
+    assert [s.run.run_id for s in write.steps] == ["new", "held", "held"]
+
+
+def test_a_restored_runs_outputs_wait_for_its_first_accepted_write_issue24() -> None:
+    """A run this worker restored from its journal is not proven current until the fence accepts
+    its first write (a zombie may still be writing for it): its outputs follow that write."""
+    machine = _machine()
+    records = _records("r")
+    actions = machine.poll(records[:3], {0: 0})
+    [read] = _of(actions, ReadJournals)
+    after = machine.journals_read(read, {read.runs[0]: ([], False)}, doubtful=False)
+    assert not _of(after, Send), "nothing of a restored run goes out before its write"
+    [write] = _of(after, Write)
+    [send] = _of(machine.done(write), Send)
+    assert send.terminal and all(o.key == b"r" for o in send.outbound)
+    machine.done(send)
+    # confirmed now: its next records' outputs go out while stepping
+    assert _of(machine.poll(records[3:5], {}), Send)[0].terminal is False
+
+
+def test_terminal_outputs_follow_their_own_write_and_markers_follow_acknowledgement() -> None:
+    machine = _machine()
+    records = _records("t")
+    _held(machine, records[:2])
+    actions = machine.poll(records[2:], {})
+    early = _of(actions, Send)
+    [write] = _of(actions, Write)
+    assert all(not any(b"RUN_FINISHED" in o.value for o in s.outbound) for s in early)
+    after = machine.done(write)
+    [terminal] = _of(after, Send)
+    assert terminal.terminal and any(b"RUN_FINISHED" in o.value for o in terminal.outbound)
+    assert not _of(after, Close), "the ended marker waits for every output's acknowledgement"
+    for send in early:
+        assert not _of(machine.done(send), Close)
+    [close] = _of(machine.done(terminal), Close)
+    [commit] = _of(machine.done(close), Commit)
+    assert commit.offsets == {0: len(records)}
+    [retired] = _of(machine.done(commit), Retired)
+    assert retired.committed and machine.settled
+
+
+def test_writes_of_disjoint_runs_do_not_wait_for_each_other_but_one_runs_do() -> None:
+    """Issue 27 item 2: a flight's write waits only for earlier writes of its own runs."""
+    machine = _machine(max_in_flight=4)
+    a, b = _records("a"), _records("b", partition=1)
+    _held(machine, a[:2])
+    _held(machine, b[:2])
+    [w1] = _of(machine.poll(a[2:3], {}), Write)
+    [w2] = _of(machine.poll(b[2:3], {}), Write)  # disjoint: out at once
+    assert not _of(machine.poll(a[3:4], {}), Write), "same run: waits for the earlier write"
+    assert _of(machine.done(w1), Write)
+    assert w2.flight != w1.flight
+
+
+def test_commits_go_in_flight_order_one_at_a_time() -> None:
+    machine = _machine(max_in_flight=4)
+    a, b = _records("a"), _records("b", partition=1)
+    _held(machine, a[:2])
+    _held(machine, b[:2])
+    first = machine.poll(a[2:3], {})
+    second = machine.poll(b[2:3], {})
+    later = []
+    for action in _of(second, Write) + _of(second, Send):
+        later += machine.done(action)
+    assert not _of(later, Commit), "a later flight is not committed before an earlier one"
+    done: list[Any] = []
+    for action in _of(first, Write) + _of(first, Send):
+        done += machine.done(action)
+    [commit] = _of(done, Commit)
+    assert dict(commit.offsets) == {0: 3, 1: 3}  # both flights, one commit
+
+
+def test_a_failure_rewinds_every_partition_in_flight_once_nothing_is_out() -> None:
+    machine = _machine()
+    records = _records("f")
+    _held(machine, records[:2])
+    actions = machine.poll(records[2:4], {})
+    [write] = _of(actions, Write)
+    [send] = _of(actions, Send)
+    assert machine.failed(write, Failure.OUTAGE) == []  # the send is still out: nothing yet
+    after = machine.done(send)
+    [retired] = _of(after, Retired)
+    [seek] = _of(after, Seek)
+    assert not retired.committed and dict(seek.offsets) == {0: 2}
+    assert machine.normalizer.open_runs == 0, "the partition's runs are restored from their journals"
+    # records fetched before the seek are stale; the redelivery starts at the seek's offset
+    assert machine.poll(records[4:5], {}) == []
+
+
+def test_after_a_redis_failure_a_poll_is_stepped_only_once_a_probe_goes_through_issue24() -> None:
+    """During a Redis OOM every retried poll sent its continuing runs' outputs again (1,632 copies)."""
+    machine = _machine()
+    records = _records("p")
+    _held(machine, records[:2])
+    actions = machine.poll(records[2:3], {})
+    machine.failed(_of(actions, Write)[0], Failure.OUTAGE)
+    assert not machine.accepting
+    for send in _of(actions, Send):
+        machine.done(send)
+    assert machine.accepting
+    [probe] = machine.poll(records[2:4], {})
+    assert isinstance(probe, Probe) and machine.normalizer.open_runs == 0
+    refused = machine.failed(probe, Failure.OUTAGE)
+    assert _of(refused, Seek) and not _of(refused, Send)
+    [probe] = machine.poll(records[2:4], {})
+    assert _of(machine.done(probe), ReadJournals)  # stepped now (the run is restored first)
+
+
+def test_the_fence_refusing_a_write_drops_those_runs_and_redoes_the_poll_issue24() -> None:
+    machine = _machine()
+    records = _records("m")
+    _held(machine, records[:2])
+    actions = machine.poll(records[2:3], {})
+    [write] = _of(actions, Write)
+    after = machine.failed(write, Failure.MOVED, [write.steps[0].run])
+    for send in _of(actions, Send):
+        after += machine.done(send)
+    assert _of(after, Seek) and any(isinstance(a, Forgot) and a.why == "moved" for a in after)
+    assert not _of(after, Send), "nothing of a moved run is sent after the refusal"
+
+
+def test_a_store_loss_recovers_the_store_and_drops_every_run_before_anything_else() -> None:
+    machine = _machine()
+    a, b = _records("a"), _records("b", partition=1)
+    _held(machine, a[:2])
+    _held(machine, b[:2])
+    actions = machine.poll(a[2:3], {})
+    machine.failed(_of(actions, Write)[0], Failure.STORE_LOST)
+    [recover] = machine.done(_of(actions, Send)[0])
+    assert isinstance(recover, RecoverStore) and not machine.accepting
+    after = machine.done(recover)
+    assert any(isinstance(x, Forgot) and x.why == "store_lost" and x.runs == 2 for x in after)
+    assert machine.normalizer.open_runs == 0
+
+
+def test_an_expiry_asks_for_membership_first_and_is_sent_again_when_its_flight_failed() -> None:
+    """Item 2 of issue 24 and a review finding: no record brings an idle run back, so a failed
+    expiry's Steps are sent again by the next tick — the same Steps; a record of the run, or its
+    partition's revocation, drops them."""
+    machine = _machine()
+    records = _records("idle")
+    _held(machine, records[:2])
+    [member] = machine.tick(now=1e9, timeout_s=1.0)
+    assert isinstance(member, Commit) and member.membership and dict(member.offsets) == {0: 2}
+    actions = machine.done(member)
+    [stepped] = _of(actions, Stepped)
+    [write] = _of(actions, Write)
+    assert not _of(actions, Send), "an expiry's RUN_ERROR follows its write"
+    [step] = write.steps
+    assert step.run_ended and any(b"inactivity_timeout" in o.value for o in step.outbound)
+    machine.failed(write, Failure.OUTAGE)
+    [again] = machine.tick(now=1e9, timeout_s=1.0)
+    [write_again] = _of(machine.done(again), Write)
+    assert list(write_again.steps) == [step]
+    machine.failed(write_again, Failure.OUTAGE)
+    machine.revoke([0])
+    assert machine.tick(now=1e9, timeout_s=1.0) == []
+
+
+def test_a_refused_membership_holds_the_expiry_back() -> None:
+    machine = _machine()
+    _held(machine, _records("idle")[:2])
+    [member] = machine.tick(now=1e9, timeout_s=1.0)
+    after = machine.failed(member, Failure.OUTAGE)
+    assert not _of(after, Write) and not machine.failing
+
+
+def test_revocation_and_stall_wait_for_what_is_in_flight() -> None:
+    machine = _machine()
+    records = _records("s")
+    _held(machine, records[:2])
+    actions = machine.poll(records[2:3], {})
+    assert machine.revoke([0]) == [] and machine.revoking
+    pending = _of(actions, Write) + _of(actions, Send)
+    out: list[Any] = []
+    while pending:
+        out = machine.done(pending.pop())
+        pending += [a for a in out if isinstance(a, (Write, Send, Close, Commit))]
+    assert not machine.revoking and machine.normalizer.open_runs == 0
+    machine2 = _machine()
+    _held(machine2, records[:2])
+    [forgot] = machine2.stall()
+    assert isinstance(forgot, Forgot) and forgot.why == "stall" and forgot.runs == 1
+
+
+def test_a_record_of_an_idle_run_drops_its_unsent_expiry() -> None:
+    """The ingress was alive after all: the run is restored from its journal and goes on."""
+    machine = _machine()
+    records = _records("idle")
+    _held(machine, records[:2])
+    [member] = machine.tick(now=1e9, timeout_s=1.0)
+    machine.failed(_of(machine.done(member), Write)[0], Failure.OUTAGE)
+    [probe] = machine.poll(records[2:3], {})  # after a Redis failure: a probe first
+    assert machine.done(probe)
+    assert machine._unsent_expiries == {}, "the expiry is not sent again"
+
+
+def test_a_poll_reads_only_the_journals_of_runs_it_does_not_hold() -> None:
+    """Several records of one run in a poll: its journal is read once when the run is new here,
+    and not at all while the worker holds it."""
+    machine = _machine()
+    records = _records("j")
+    [read] = _of(machine.poll(records[:4], {0: 0}), ReadJournals)
+    assert [r.run_id for r in read.runs] == ["j"]
+    actions = machine.journals_read(read, {read.runs[0]: ([], False)}, doubtful=False)
+    while io := [a for a in actions if isinstance(a, (Write, Send, Close, Commit))]:
+        actions = [x for a in io for x in machine.done(a)]
+    assert not _of(machine.poll(records[4:9], {}), ReadJournals)
+
+
+def test_an_idle_worker_probes_the_store_after_a_failure_no_record_will_redo() -> None:
+    """An expiry's write failed and no traffic follows: the machine offers a probe of no flight
+    (once at a time); when it goes through, the store is taken to write again."""
+    machine = _machine()
+    _held(machine, _records("idle")[:2])
+    [member] = machine.tick(now=1e9, timeout_s=1.0)
+    [write] = _of(machine.done(member), Write)
+    machine.failed(write, Failure.OUTAGE)
+    assert machine.settled and machine.probing_store
+    [probe] = machine.probe_when_idle()
+    assert isinstance(probe, Probe) and probe.flight == 0 and machine.probe_when_idle() == []
+    assert machine.failed(probe, Failure.OUTAGE) == [] and not machine.failing
+    [probe] = machine.probe_when_idle()
+    machine.done(probe)
+    assert not machine.probing_store and machine.probe_when_idle() == []
+    assert _of(machine.tick(now=1e9, timeout_s=1.0), Commit), "the held-back expiry goes out again"
