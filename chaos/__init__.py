@@ -23,4 +23,10 @@ ended twice; per scenario the worker log bytes and CPU, and (where it applies) r
 whose artefacts left Redis; dead letters by reason; partitions left uncommitted
 (wedged); opaque values in worker logs. One table (also ``out/chaos/table.md``)
 with a verdict per row; exit status 1 if any row fails.
+
+One scenario, several times: ``python -m chaos --only redis_outage --repeat 5`` runs it five
+times in a row (``redis_outage``, ``redis_outage_r2`` …) and the table lists the five
+``/readyz`` recovery times; each measured Redis outage also leaves
+``out/chaos/readyz_after_redis.<n>.txt``, every ``/readyz`` answer after Redis came back
+(wall clock, to read beside the worker's log, and why it was not ready).
 """

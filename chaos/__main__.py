@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from chaos.harness import Chaos, Scenario, cluster_scenarios, collect, machine, scan_logs, scenarios, verify, verify_bad
@@ -27,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "out" / "chaos"), help="worker logs and the table")
     parser.add_argument("--scale", type=float, default=float(os.environ.get("CHAOS_SCALE", "1")), help="multiply the runs per scenario")
     parser.add_argument("--only", default="", help="comma-separated scenario names (default: all, then bad_input)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run each selected scenario this many times in a row (the k-th as <name>_r<k>): "
+                             "a distribution, e.g. --only redis_outage --repeat 5 for the /readyz recovery time")
     parser.add_argument("--keep-services", action="store_true", help="leave Kafka and Redis running afterwards")
     parser.add_argument("--kafka-brokers", type=int, default=1,
                         help="1: the single-node scenarios; 3: a replicated cluster (deploy/cluster.sh) and broker kills (issue 16)")
@@ -63,7 +67,8 @@ async def _main(services: Services, out: Path, args: argparse.Namespace) -> int:
                 cases = [c for c in bad_cases(templates()) if c.name.startswith("binary") == (scenario.name == "bad_binary")]
                 chaos.bad += cases
                 extra = [c.run for c in cases]
-            await chaos.run_scenario(scenario, extra=extra)
+            for k in range(1, max(1, args.repeat) + 1):
+                await chaos.run_scenario(scenario if k == 1 else replace(scenario, name=f"{scenario.name}_r{k}"), extra=extra if k == 1 else None)
         if args.kafka_brokers == 1 and (not only or "bad_huge" in only):  # last: it once wedged the partitions of its polls
             huge = huge_case(templates(), await chaos.huge_value_size())
             chaos.bad.append(huge)
@@ -119,6 +124,10 @@ def _table(chaos: Chaos, rows: list, seen, opaque: int, checked: int, wedged: li
     lines.append(f"| opaque values found in worker logs | {opaque} of {checked} | 0 | {'PASS' if not opaque else 'FAIL'} |")
     for m in chaos.measures:
         lines.append(f"| {m.name} | {m.value} | {m.target} | {'PASS' if m.ok else 'FAIL' if m.ok is False else '-'} |")
+    if len(chaos.readyz_recoveries) > 1:
+        waits = sorted(chaos.readyz_recoveries)
+        lines.append(f"| /readyz after Redis is back, {len(waits)} outages (s) | " + ", ".join(f"{w:.1f}" for w in waits)
+                     + f" (median {waits[len(waits) // 2]:.1f}) | each as above | - |")
     return "\n".join(lines) + "\n"
 
 

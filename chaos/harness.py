@@ -107,6 +107,8 @@ class Chaos:
         self.artefacts_missing: dict[str, int] = {}
         """Scenario (``check_artefacts``) → its runs with an artefact no longer in Redis."""
         self.budgets: dict[str, int] = {}
+        self.readyz_recoveries: list[float] = []
+        """Seconds from Redis back (``services.up`` returned) to ``/readyz`` 200, per Redis outage measured."""
         self.producer: AIOKafkaProducer | None = None
         self.paused = asyncio.Event()
         self.paused.set()
@@ -207,14 +209,18 @@ class Chaos:
             self.say(f"worker {name} did not get partitions in time (see {worker.logs[-1]})")
 
     def readyz(self, name: str) -> int:
+        return self.readyz_body(name)[0]
+
+    def readyz_body(self, name: str) -> tuple[int, dict[str, Any]]:
+        """``/readyz`` of worker ``name``: its status (0: no answer) and its JSON body (``{}`` if none)."""
         port = self.workers[name].health_port
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=6) as response:
-                return int(response.status)
+                return int(response.status), _json_body(response.read())
         except urllib.error.HTTPError as exc:
-            return int(exc.code)
+            return int(exc.code), _json_body(exc.read())
         except Exception:
-            return 0
+            return 0, {}
 
     async def lag(self) -> dict[int, int]:
         """Raw records not committed by the group, per partition."""
@@ -313,6 +319,14 @@ class Chaos:
 # -- faults -----------------------------------------------------------------------------------------
 
 
+def _json_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
 def kill(name: str, restart_after: float = 1.0) -> Fault:
     async def act(chaos: Chaos) -> None:
         chaos.workers[name].kill()
@@ -361,15 +375,21 @@ def redis_outage(seconds: float) -> Fault:
         during = await asyncio.to_thread(chaos.readyz, "A")
         await asyncio.sleep(max(0.0, t0 + seconds - time.monotonic()))
         logs1, cpu1, t1 = sum(w.log_bytes() for w in alive), sum(w.cpu_seconds() for w in alive), time.monotonic()
+        answered = asyncio.create_task(_redis_answers(chaos.services.redis_port))  # when Redis takes commands again
         await asyncio.to_thread(chaos.services.up)
         back = time.monotonic()
-        after, waited = 0, 0.0
+        after, waited, timeline = 0, 0.0, []
         while time.monotonic() - back < 30:
-            after = await asyncio.to_thread(chaos.readyz, "A")
+            after, body = await asyncio.to_thread(chaos.readyz_body, "A")
+            timeline.append((time.time(), time.monotonic() - back, after, body))
             if after == 200:
                 break
             await asyncio.sleep(0.2)
         waited = time.monotonic() - back
+        first = await answered
+        chaos.readyz_recoveries.append(waited)
+        _write_readyz_timeline(chaos.out / f"readyz_after_redis.{len(chaos.readyz_recoveries)}.txt", back, first, timeline)
+        chaos.say(f"  /readyz {after} {waited:.1f}s after Redis was back ({first - back:+.1f}s: Redis answered its first command)")
         span = t1 - t0
         chaos.measures += [
             Measure(f"worker log bytes during a {span:.0f}s Redis outage under load", f"{logs1 - logs0:,}", "< 10,240", logs1 - logs0 < 10_240),
@@ -380,6 +400,35 @@ def redis_outage(seconds: float) -> Fault:
         ]
 
     return act
+
+
+async def _redis_answers(port: int, limit_s: float = 60.0) -> float:
+    """Monotonic time at which Redis first answered ``PING`` with ``PONG`` — when it is back for a
+    client, which may be before or after ``services.up`` returns. A bare socket every 20 ms: no
+    client-side retry or backoff between attempts to blur the moment."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, asyncio.TimeoutError):
+            reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 0.5)
+            try:
+                writer.write(b"PING\r\n")
+                if await asyncio.wait_for(reader.readline(), 0.5) == b"+PONG\r\n":
+                    return time.monotonic()
+            finally:
+                writer.close()
+        await asyncio.sleep(0.02)
+    return float("nan")
+
+
+def _write_readyz_timeline(path: Path, back: float, first: float, timeline: list[tuple[float, float, int, dict[str, Any]]]) -> None:
+    """Each ``/readyz`` asked after the Redis outage: wall clock (to match the worker's log),
+    seconds since ``services.up`` returned, the status and why it was not ready."""
+    lines = [f"Redis answered its first command {first - back:+.2f}s from 'up' returned"]
+    for wall, since, status, body in timeline:
+        stamp = time.strftime("%H:%M:%S", time.gmtime(wall)) + f".{int(wall % 1 * 1000):03d}"
+        why = {k: body.get(k) for k in ("redis", "kafka", "degraded", "consumer_started") if k in body}
+        lines.append(f"{stamp} +{since:5.2f}s {status} {why}")
+    path.write_text("\n".join(lines) + "\n")
 
 
 def broker_restart() -> Fault:

@@ -13,6 +13,7 @@ per hash slot (:mod:`reasonwire.workers.redis_slots`).
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -48,9 +49,10 @@ def cluster_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
 
 
 def connect(url: str, env: Mapping[str, str] | None = None, **kwargs: Any) -> Redis | RedisCluster:
-    """A client for ``url``: ``RedisCluster`` when :func:`wants_cluster`, else ``Redis``."""
+    """A client for ``url``: ``RedisCluster`` when :func:`wants_cluster`, else ``Redis``
+    (whose pool replaces the connections a restarted server closed: :func:`_pool_checks_connections`)."""
     if not wants_cluster(url, env):
-        return Redis.from_url(url, **kwargs)
+        return Redis.from_url(url, **_pool_checks_connections(kwargs))
     plain, nodes = cluster_nodes(url)
     options = {**parse_url(plain), **kwargs}
     options.pop("host", None)
@@ -61,6 +63,31 @@ def connect(url: str, env: Mapping[str, str] | None = None, **kwargs: Any) -> Re
     if plain.startswith("rediss:"):
         options["ssl"] = True
     return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes], **options)
+
+
+def _pool_checks_connections(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with redis-py's maintenance notifications off, unless the caller chose.
+
+    Why: redis-py 8.1's asyncio pool hands out a connection without checking it when these
+    notifications are enabled — and they are, as ``"auto"``, on every RESP3 TCP client (RESP3
+    is 8.x's default), also on a server that does not support them. So each connection left idle
+    in the pool while Redis restarted comes back closed: redis-py's own commands retry it
+    unseen, but the store's scripts (:mod:`reasonwire.workers.redis_script`: no client-side
+    retry, by design) fail their poll, and each such failure cost the worker a whole backoff
+    step after Redis was back (``/readyz`` 200 after 7.5–8.9 s instead of within one step;
+    ``make chaos`` "/readyz after Redis is back"). Off, the pool checks each connection before
+    handing it out and reconnects one the server closed. The notifications serve planned
+    maintenance of Redis Enterprise / Cloud (relaxed timeouts, early reconnects); the worker's
+    backoff covers such a failover. redis-py's fix (pull request 4260) is not released as of
+    8.1.0; redis-py before 8.1 has no such option and checks its connections."""
+    if "maint_notifications_config" in kwargs or "maint_notifications_config" not in _REDIS_OPTIONS:
+        return kwargs
+    from redis.maint_notifications import MaintNotificationsConfig
+
+    return {**kwargs, "maint_notifications_config": MaintNotificationsConfig(enabled=False)}
+
+
+_REDIS_OPTIONS = frozenset(inspect.signature(Redis.__init__).parameters)
 
 
 def redis_wait(env: Mapping[str, str] | None = None) -> dict[str, int]:
