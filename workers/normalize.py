@@ -38,7 +38,7 @@ from faststream.kafka.annotations import KafkaMessage
 from reasonwire.contracts import topics
 from reasonwire.contracts.policy import PolicyBook
 from reasonwire.contracts.topic_plan import plan
-from reasonwire.workers import topics_admin
+from reasonwire.workers import handoff, topics_admin
 from reasonwire.workers.core.backoff import Backoff, Degradation, Report
 from reasonwire.workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
 from reasonwire.workers.core.fence import stalled, witnessed
@@ -70,6 +70,8 @@ class _Flight:
     done: asyncio.Task[bool] | None = None
     acknowledged: bool = False
     """Outputs acknowledged and ended markers written: only the commit is left."""
+    polled: float | None = None
+    """``time.perf_counter()`` when the poll reached :meth:`NormalizerWorker.handle` (None: an expiry tick)."""
 
 
 class NormalizerWorker:
@@ -149,6 +151,7 @@ class NormalizerWorker:
 
     async def handle(self, records: Sequence[RawRecord]) -> None:
         """Step one poll and put its writes in flight; returns before they are acknowledged."""
+        polled = time.perf_counter()  # poll → hand-off to the producer (workers/handoff.py)
         async with self.lock:
             await self._after_stall()
             if self._failure is not None:
@@ -177,10 +180,14 @@ class NormalizerWorker:
                 steps: list[Step | None] = [None] * len(routed)
                 held, new = _split_by_run(routed, set(unread))
                 early = await self._step_and_send(routed, held, steps, {}, trace)
+                if early:
+                    handoff.recorder.handed(polled, False)
                 if read is not None:
                     journals, read = await read, None
-                    early += await self._step_and_send(routed, new, steps, journals, trace)
-                flight = _Flight(steps, trace, offsets, early)  # type: ignore[arg-type]  # every slot filled
+                    if more := await self._step_and_send(routed, new, steps, journals, trace):
+                        handoff.recorder.handed(polled, False)
+                        early += more
+                flight = _Flight(steps, trace, offsets, early, polled=polled)  # type: ignore[arg-type]  # every slot filled
                 trace.stepped(flight.steps, registered=True)
             except Exception as exc:  # the journal read or a send failed: the poll is redone
                 if read is not None:
@@ -347,7 +354,10 @@ class NormalizerWorker:
         except RunsMoved as exc:  # stale copies: nothing of theirs is sent after this (issue 24)
             self._moved.update(exc.runs)
             raise
-        return await self._send([s for s in flight.steps if s.run_ended])
+        ended = await self._send([s for s in flight.steps if s.run_ended])
+        if ended and flight.polled is not None:
+            handoff.recorder.handed(flight.polled, True)
+        return ended
 
     async def _complete(self, flight: _Flight, previous: asyncio.Task[bool] | None) -> bool:
         """Acks, then (after every earlier poll) the ended markers; the commit follows in
