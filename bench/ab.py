@@ -151,7 +151,8 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
                     print(f"round {r + 1}/{rounds} {k.spec:40s} {line}", flush=True)
                 this["load"] = targets.round_load(load_start, os.getloadavg()[0])
                 per_round.append(this)
-                print(f"round {r + 1}/{rounds} load average {load_start:.2f} at the start, {this['load']:.2f} (the higher) judged", flush=True)
+                quiet = "quiet" if this["load"] < targets.QUIET_LOAD else "loaded"
+                print(f"round {r + 1}/{rounds} host load average {load_start:.2f} → {os.getloadavg()[0]:.2f}: {this['load']:.2f}, {quiet}", flush=True)
         finally:
             for _, consumer, _ in live:
                 consumer.stop()  # a worker writes its hand-off samples as it exits

@@ -8,6 +8,8 @@ sized from the measured rates.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from bench import targets
@@ -200,3 +202,60 @@ def test_percentile_is_nearest_rank() -> None:
 )
 def test_backlog_is_sized_from_the_measured_rates_issue27(drain: float, produce: float, expected: int) -> None:
     assert targets.backlog_size(drain, produce) == expected
+
+
+# -- make bench's table ------------------------------------------------------------------------
+
+
+def _results(load: float) -> dict:
+    """A make-bench results dict with an end-to-end section only (the harness's own shape)."""
+    kinds = ("passthrough", "io-floor", "worker", "worker-no-telemetry", "passthrough-pipelined")
+    rates = {"passthrough": 10000.0, "io-floor": 9000.0, "worker": 7000.0, "worker-no-telemetry": 7200.0, "passthrough-pipelined": 14000.0}
+    cpu = {"passthrough": 30.0, "io-floor": 40.0, "worker": 100.0, "worker-no-telemetry": 95.0, "passthrough-pipelined": 30.0}
+    latency = []
+    for label, share in (("50% of worker max", 0.5), ("25% of worker max", 0.25)):
+        for r in range(5):
+            for kind, p50, p99 in (("passthrough", 20.0, 30.0), ("worker", 19.0, 35.0), ("passthrough-pipelined", 10.0, 20.0), ("worker-no-telemetry", 18.0, 31.0)):
+                x = {"label": label, "share": share, "round": r, "kind": kind, "target_rate": share * 7000, "p50_us": p50 * 1000, "p99_us": p99 * 1000, "load": load}
+                if kind.startswith("worker"):
+                    x["handoff"] = hand(1.0, 5.0, 30.0)
+                latency.append(x)
+    return {
+        "started": "now",
+        "command": "make bench",
+        "machine": {"nproc": 2, "cpu_model": "x", "python": "3", "load_at_start": load},
+        "load_at_end": load,
+        "e2e": {
+            "rounds": 5,
+            "latency_rounds": 5,
+            "throughput_rounds": {k: [rates[k]] * 5 for k in kinds},
+            "cpu_us_per_record_rounds": {k: [cpu[k]] * 5 for k in kinds},
+            "round_loads": [load] * 5,
+            "latency": latency,
+        },
+    }
+
+
+@pytest.mark.parametrize("load", [0.4, 1.6])
+def test_make_bench_prints_every_issue27_target_with_its_verdict_issue27(load: float) -> None:
+    """``make bench``'s table ends with each of issue 27's targets and its verdict (PASS/FAIL with
+    the figures, or NOT JUDGED for latency when no round was quiet)."""
+    from bench.__main__ import render_table, summarize
+
+    r = _results(load)
+    r["summary"] = summarize(r)
+    table = render_table(r)
+    got = {m[2]: m[1] for m in re.finditer(r"^- (PASS|FAIL|NOT JUDGED) +(.+?) — ", table, flags=re.M)}
+    assert len(got) == 9, table
+    cpu = next(v for k, v in got.items() if k.startswith("CPU"))
+    assert cpu == "FAIL"  # 100 / 40 = 2.5 > 1.8, whatever the load
+    tp = next(v for k, v in got.items() if k.startswith("throughput"))
+    assert tp == ("PASS" if 0.7 >= targets.BASELINE_WORKER_TO_PASSTHROUGH else "FAIL")
+    latency = {k: v for k, v in got.items() if not k.startswith(("CPU", "throughput"))}
+    if load >= targets.QUIET_LOAD:
+        assert set(latency.values()) == {"NOT JUDGED"}
+    else:
+        # added p99 +5 ms: over 3 at 25 %, within 10 at 50 %; added p50 −1 ms at both;
+        # hand-offs: continuing 1 / 5 ms within 2 / 10, terminal 30 ms over 20
+        assert list(latency.values()) == ["FAIL", "PASS", "PASS", "PASS", "PASS", "PASS", "FAIL"], latency
+    assert "host load average per latency round" in table and "poll → outputs handed to the producer" in table
