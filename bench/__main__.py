@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import os
 import platform
 import random
 import signal
 import statistics
+import subprocess
 import sys
 import time
 from importlib import metadata
@@ -30,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from bench import cpu, e2e, gateway, litellm_compare, memory, profiles, targets
+from bench import ab, cpu, e2e, gateway, litellm_compare, memory, profiles, targets
 from bench.streams import runs, templates
 from reasonwire.workers import handoff
 from reasonwire.workers.translators import implemented
@@ -189,6 +191,7 @@ RATIOS: tuple[tuple[str, str, str, float | None, str], ...] = (
     ("shipped_to_telemetry_off", "worker", "worker-no-telemetry", None, "worker as shipped (no exporter) / telemetry off"),
     ("sampled_to_telemetry_off", "worker-exporting-sampled", "worker-no-telemetry", 0.90, "exporting spans and metrics, 1 % of runs traced (parentbased_traceidratio 0.01) / telemetry off"),
     ("exporting_to_telemetry_off", "worker-exporting", "worker-no-telemetry", 0.60, "exporting every span and metric (console exporter) / telemetry off"),
+    ("worker_to_today", "worker", targets.BASELINE_KIND, None, f"worker as shipped / main {targets.BASELINE_COMMIT}'s worker, same round (issue 27: ≥ {targets.THROUGHPUT_TO_BASELINE_MIN:g}×, verdict below)"),
     ("faststream_to_passthrough", "faststream-passthrough", "passthrough", None, "FastStream passthrough / bare passthrough"),
     ("pipelined_to_passthrough", "passthrough-pipelined", "passthrough", None, "pipelined bare passthrough / bare passthrough"),
 )
@@ -245,13 +248,29 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
         return s
 
     live: dict[str, tuple[e2e.Consumer, e2e.Stage]] = {}
+    trees = contextlib.ExitStack()
     try:
         out["fanout"] = e2e.fanout(e2e.traffic(grammars, 5000, seed=9, tag=f"{tag}-fan").records)
         base_floor = e2e.traffic(grammars, floor_records, seed=12, tag=f"{tag}-f").records
         floor_file = logs / "io-floor-traffic.pickle"
         floor_file.write_bytes(pickle.dumps([(r.key, r.value, r.headers) for r in base_floor]))
-        for kind in THROUGHPUT_KINDS:
+        kinds = list(THROUGHPUT_KINDS)
+        today = _todays_tree(trees)  # issue 27: throughput not below main 1af85a6's worker, in the same rounds
+        if isinstance(today, Path):
+            kinds.append(targets.BASELINE_KIND)
+        else:
+            out["baseline_missing"] = today
+            log(f"3. no {targets.BASELINE_KIND} beside the worker: {today}")
+        for kind in kinds:
             log(f"3. starting {kind} (stays up for every round)")
+            if kind == targets.BASELINE_KIND:  # the worker as shipped, run from a worktree of that commit
+                st, saved = stage("worker-today"), e2e.ROOT
+                e2e.ROOT = today  # type: ignore[assignment]
+                try:
+                    live[kind] = (await e2e.start_live("worker", st, logs), st)
+                finally:
+                    e2e.ROOT = saved
+                continue
             st = stage(kind)
             extra = {"RW_BENCH_FLOOR_TRAFFIC": str(floor_file)} if kind == "io-floor" else {}
             if kind in LATENCY_KINDS and kind.startswith("worker"):
@@ -297,8 +316,8 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
             if kind.startswith("worker"):
                 return e2e.retag(base_w, f"{tag}-w", f"{tag}-{label}-{kind}")
             return e2e.retag(base_pt[: sizes[kind]], f"{tag}-pt", f"{tag}-{label}-{kind}")
-        per_round: dict[str, list[float]] = {k: [] for k in THROUGHPUT_KINDS}
-        cpu_per_record: dict[str, list[float]] = {k: [] for k in THROUGHPUT_KINDS}
+        per_round: dict[str, list[float]] = {k: [] for k in kinds}
+        cpu_per_record: dict[str, list[float]] = {k: [] for k in kinds}
         out["round_orders"] = []
         out["round_loads"] = []
         for r in range(rounds):
@@ -306,7 +325,7 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
             # Each round drains every kind once, in a new order: with one fixed order a kind always
             # followed the same neighbour and inherited its after-effects (the broker's segment
             # flushes, Redis's AOF rewrite), a bias the median of rounds does not remove.
-            order = random.Random(r).sample(THROUGHPUT_KINDS, len(THROUGHPUT_KINDS))
+            order = random.Random(r).sample(kinds, len(kinds))
             out["round_orders"].append(order)
             for kind in order:
                 consumer, st = live[kind]
@@ -365,15 +384,26 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
                         x["handoff"] = targets.handoff_window(samples, *x["window_perf"])
 
         if not quick:
-            log(f"5. drain {backlog_w} records: 2 x worker-no-telemetry (fresh processes; context)")
-            tr = e2e.traffic(grammars, backlog_w, seed=14, tag=f"{tag}-two")
+            log(f"5. drain {len(base_w)} records: 2 x worker-no-telemetry (fresh processes; context)")
+            tr = e2e.traffic(grammars, len(base_w), seed=14, tag=f"{tag}-two")
             out["worker-no-telemetry_drain_2"] = await e2e.drain(stage("worker-no-telemetry2"), "worker-no-telemetry", 2, tr.records, logs)
     finally:
         for consumer, _ in live.values():
             consumer.stop()
+        trees.close()
         await e2e.delete_topics(bootstrap, created)
         out["redis_keys_removed"] = await e2e.delete_bench_keys(redis_url)
     return out
+
+
+def _todays_tree(stack: contextlib.ExitStack) -> Path | str:
+    """A worktree of main 1af85a6 (:data:`targets.BASELINE_COMMIT`) for the rest of the section, or
+    why there is none (a copy without the git history: the throughput target is then not judged)."""
+    rev = targets.BASELINE_COMMIT
+    found = subprocess.run(["git", "-C", str(e2e.ROOT), "rev-parse", "--verify", "-q", f"{rev}^{{commit}}"], capture_output=True)
+    if found.returncode != 0:
+        return f"commit {rev} is not in this repository's history"
+    return stack.enter_context(ab.worktrees({rev}))[rev]
 
 
 async def _settle(longest_s: float) -> None:

@@ -11,7 +11,11 @@ Rules, as issue 27 states them:
   :data:`QUIET_LOAD` (the highest of its readings at the round's start and end) — and the
   loaded rounds are reported beside them; with no quiet round a latency target is
   **not judged** (a shared host's neighbours move a p99 by more than the targets allow);
-* CPU per record (process CPU time) and the throughput ratio are judged on every round.
+* CPU per record (process CPU time) and throughput are judged on every round: both compare
+  kinds drained in the same round — throughput the worker against **main 1af85a6's worker**
+  (:data:`BASELINE_KIND`, a git worktree of that commit, run beside it), because the worker's
+  rate relative to the bare passthrough falls with the host's load (60 % at load ~1.3, 42 % at
+  ~6 on the same tree, docs/benchmarks.md), so a recorded ratio cannot be the bar.
 """
 
 from __future__ import annotations
@@ -27,11 +31,15 @@ CPU_TO_FLOOR_MAX = 1.8
 """Worker CPU per raw record ÷ the I/O-equivalent floor's, at most (issue 27: today ~2.6–2.9×)."""
 
 BASELINE_COMMIT = "1af85a6"
+BASELINE_KIND = f"worker@{BASELINE_COMMIT}"
+""""Today's" worker: main 1af85a6 (before issue 27's rewrite), drained in the same rounds."""
+THROUGHPUT_TO_BASELINE_MIN = 0.95
+""""Throughput not below today's": the worker's records/s ÷ main 1af85a6's worker's in the same
+round, median of the rounds, at least this. Not 1.0: the same tree against itself reads
+0.9–1.1 from round to round and a median of 5–7 such ratios lands either side of 1 (see
+docs/benchmarks.md); 0.95 fails a worker measurably slower than today's, not a coin toss."""
 BASELINE_WORKER_TO_PASSTHROUGH = 0.602
-""""Throughput not below today's", as a same-run ratio: the worker's drain rate ÷ the bare
-passthrough's of the same round, at least what main 1af85a6 measured (median of 5 rounds,
-docs/benchmarks.md "Issue 27's targets on main 1af85a6"). Absolute rates move by ±20 % with the
-host; the ratio to a baseline drained in the same round does much less."""
+"""Context only: main 1af85a6's worker ÷ bare passthrough, median of 5 rounds at load 1.0–1.7."""
 
 E2E_ADDED_P99_MS = {0.25: 3.0, 0.50: 10.0}
 """At this share of the worker's maximum: the worker's p99 − the bare passthrough's, at most (ms)."""
@@ -96,7 +104,7 @@ def at_least(target: str, rounds: Sequence[Round], limit: float, *, fmt: str = "
 
 def _judge(target: str, rounds: Sequence[Round], ok: object, fmt: str, unit: str, context: str) -> Verdict:
     if not rounds:
-        return Verdict(target, "NOT JUDGED", "not measured in this run")
+        return Verdict(target, "NOT JUDGED", "not measured in this run" + (f"; {context}" if context else ""))
     values = [r.value for r in rounds]
     passed = ok(statistics.median(values))  # type: ignore[operator]
     figures = f"{_describe(values, fmt, unit)}; load {_loads(rounds)}" + (f"; {context}" if context else "")
@@ -182,6 +190,7 @@ def issue27(
     worker: str = "worker",
     passthrough: str = "passthrough",
     floor: str = "io-floor",
+    baseline: str = BASELINE_KIND,
     every: bool = True,
 ) -> list[Verdict]:
     """Every target of issue 27 with its verdict, from per-round figures.
@@ -190,7 +199,7 @@ def issue27(
     "cpu": {kind: µs per raw record}}``. ``latency``: per share of the worker's maximum (0.25,
     0.5), one dict per round, ``{"load": …, "p50": {kind: ms}, "p99": {kind: ms}, "handoff":
     {kind: handoff_window(…)}}``. ``worker`` names the kind judged (``bench.ab`` may compare
-    ``worker@rev`` too). ``every``: list targets this run did not measure, as NOT JUDGED
+    ``worker@rev`` too); ``baseline`` today's worker, which throughput is judged against. ``every``: list targets this run did not measure, as NOT JUDGED
     (``make bench`` prints them all; ``bench.ab`` only what its kinds and mode measure)."""
     out: list[Verdict] = []
     who = "" if worker == "worker" else f" [{worker}]"
@@ -201,16 +210,18 @@ def issue27(
         if both:
             context = f"worker {statistics.median(d['cpu'][worker] for d in both):.0f} µs, floor {statistics.median(d['cpu'][floor] for d in both):.0f} µs per record (medians)"
         out.append(at_most(f"CPU per raw record, worker / I/O-equivalent floor ≤ {CPU_TO_FLOOR_MAX:g}×{who}", rounds, CPU_TO_FLOOR_MAX, unit="×", context=context))
-    both = [d for d in drain if worker in d.get("rate", {}) and passthrough in d.get("rate", {}) and d["rate"][passthrough]]
+    both = [d for d in drain if worker in d.get("rate", {}) and baseline in d.get("rate", {}) and d["rate"][baseline] and worker != baseline]
     if both or every:
-        rounds = [Round(d["rate"][worker] / d["rate"][passthrough], d["load"]) for d in both]
+        rounds = [Round(d["rate"][worker] / d["rate"][baseline], d["load"]) for d in both]
+        pt = [d["rate"][worker] / d["rate"][passthrough] for d in both if d["rate"].get(passthrough)]
+        context = f"worker / bare passthrough {statistics.median(pt):.1%} (main {BASELINE_COMMIT} recorded {BASELINE_WORKER_TO_PASSTHROUGH:.1%} at load 1.0–1.7)" if pt else ""
         out.append(
             at_least(
-                f"throughput not below today's: worker / bare passthrough records/s (same round) ≥ {BASELINE_WORKER_TO_PASSTHROUGH:.1%}, main {BASELINE_COMMIT}'s{who}",
-                [Round(100 * r.value, r.load) for r in rounds],
-                100 * BASELINE_WORKER_TO_PASSTHROUGH,
-                fmt=".1f",
-                unit=" %",
+                f"throughput not below today's: worker / main {BASELINE_COMMIT}'s worker, records/s in the same round ≥ {THROUGHPUT_TO_BASELINE_MIN:g}×{who}",
+                rounds,
+                THROUGHPUT_TO_BASELINE_MIN,
+                unit="×",
+                context=context if both else f"needs the kind {baseline} in the same rounds",
             )
         )
     for share in sorted(set(E2E_ADDED_P99_MS) | set(latency)):

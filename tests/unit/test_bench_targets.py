@@ -80,8 +80,9 @@ def test_round_load_is_the_higher_reading() -> None:
 # -- the whole list ---------------------------------------------------------------------------
 
 
-def drain_round(load: float, *, worker: float, passthrough: float, cpu_worker: float, cpu_floor: float) -> dict:
-    return {"load": load, "rate": {"worker": worker, "passthrough": passthrough, "io-floor": 1.0}, "cpu": {"worker": cpu_worker, "io-floor": cpu_floor, "passthrough": 30.0}}
+def drain_round(load: float, *, worker: float, today: float, cpu_worker: float, cpu_floor: float) -> dict:
+    rate = {"worker": worker, targets.BASELINE_KIND: today, "passthrough": 10000.0, "io-floor": 1.0}
+    return {"load": load, "rate": rate, "cpu": {"worker": cpu_worker, "io-floor": cpu_floor, "passthrough": 30.0}}
 
 
 def latency_round(load: float, *, w: tuple[float, float], p: tuple[float, float], handoff: dict | None = None) -> dict:
@@ -101,19 +102,28 @@ def test_every_target_is_listed_even_unmeasured_issue27() -> None:
 
 
 def test_cpu_and_throughput_ratios_are_taken_within_a_round_issue27() -> None:
-    # per round: worker/floor CPU 1.5, 1.5, 3.0 → median 1.5; worker/passthrough 0.5, 0.5, 0.9
+    """Throughput is the worker against today's worker (main 1af85a6) drained in the same round."""
+    # per round: worker/floor CPU 1.5, 1.5, 3.0 → median 1.5; worker/today 0.96, 1.0, 0.5 → 0.96
     drain = [
-        drain_round(2.0, worker=5000, passthrough=10000, cpu_worker=60, cpu_floor=40),
-        drain_round(2.0, worker=2000, passthrough=4000, cpu_worker=150, cpu_floor=100),
-        drain_round(0.2, worker=9000, passthrough=10000, cpu_worker=120, cpu_floor=40),
+        drain_round(2.0, worker=4800, today=5000, cpu_worker=60, cpu_floor=40),
+        drain_round(2.0, worker=2000, today=2000, cpu_worker=150, cpu_floor=100),
+        drain_round(0.2, worker=4000, today=8000, cpu_worker=120, cpu_floor=40),
     ]
     got = by_target(targets.issue27(drain, {}, every=False))
     cpu = next(k for k in got if k.startswith("CPU per raw record"))
     tp = next(k for k in got if k.startswith("throughput"))
     assert got[cpu] == "PASS"  # a ratio of medians (110/40 = 2.75) would fail
-    assert got[tp] == ("PASS" if 0.5 >= targets.BASELINE_WORKER_TO_PASSTHROUGH else "FAIL")
-    drain[0]["rate"]["worker"] = drain[1]["rate"]["worker"] = 0.0
+    assert got[tp] == "PASS"  # 0.96 ≥ 0.95; the ratio of the median rates (4000/5000 = 0.8) would fail
+    drain[0]["rate"]["worker"] = 4700.0  # 0.94
     assert by_target(targets.issue27(drain, {}, every=False))[tp] == "FAIL"
+
+
+def test_throughput_without_todays_worker_in_the_rounds_is_not_judged_issue27() -> None:
+    drain = [drain_round(0.2, worker=9000, today=1, cpu_worker=1, cpu_floor=1)]
+    del drain[0]["rate"][targets.BASELINE_KIND]
+    [tp] = [v for v in targets.issue27(drain, {}) if v.target.startswith("throughput")]
+    assert tp.status == "NOT JUDGED" and targets.BASELINE_KIND in tp.figures
+    assert not [v for v in targets.issue27(drain, {}, worker=targets.BASELINE_KIND, every=False) if v.target.startswith("throughput")]
 
 
 def test_end_to_end_latency_is_the_difference_within_a_round_at_each_share_issue27() -> None:
@@ -209,9 +219,9 @@ def test_backlog_is_sized_from_the_measured_rates_issue27(drain: float, produce:
 
 def _results(load: float) -> dict:
     """A make-bench results dict with an end-to-end section only (the harness's own shape)."""
-    kinds = ("passthrough", "io-floor", "worker", "worker-no-telemetry", "passthrough-pipelined")
-    rates = {"passthrough": 10000.0, "io-floor": 9000.0, "worker": 7000.0, "worker-no-telemetry": 7200.0, "passthrough-pipelined": 14000.0}
-    cpu = {"passthrough": 30.0, "io-floor": 40.0, "worker": 100.0, "worker-no-telemetry": 95.0, "passthrough-pipelined": 30.0}
+    kinds = ("passthrough", "io-floor", "worker", "worker-no-telemetry", "passthrough-pipelined", targets.BASELINE_KIND)
+    rates = {"passthrough": 10000.0, "io-floor": 9000.0, "worker": 7000.0, "worker-no-telemetry": 7200.0, "passthrough-pipelined": 14000.0, targets.BASELINE_KIND: 7100.0}
+    cpu = {"passthrough": 30.0, "io-floor": 40.0, "worker": 100.0, "worker-no-telemetry": 95.0, "passthrough-pipelined": 30.0, targets.BASELINE_KIND: 101.0}
     latency = []
     for label, share in (("50% of worker max", 0.5), ("25% of worker max", 0.25)):
         for r in range(5):
@@ -250,7 +260,7 @@ def test_make_bench_prints_every_issue27_target_with_its_verdict_issue27(load: f
     cpu = next(v for k, v in got.items() if k.startswith("CPU"))
     assert cpu == "FAIL"  # 100 / 40 = 2.5 > 1.8, whatever the load
     tp = next(v for k, v in got.items() if k.startswith("throughput"))
-    assert tp == ("PASS" if 0.7 >= targets.BASELINE_WORKER_TO_PASSTHROUGH else "FAIL")
+    assert tp == "PASS"  # 7000 / 7100 = 0.986 ≥ 0.95
     latency = {k: v for k, v in got.items() if not k.startswith(("CPU", "throughput"))}
     if load >= targets.QUIET_LOAD:
         assert set(latency.values()) == {"NOT JUDGED"}
