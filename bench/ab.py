@@ -4,7 +4,8 @@
 needs the tree before it beside the tree after it, on the same broker and Redis, in
 alternating rounds (the host moves by ±20 % from one minute to the next). Each kind is
 one long-lived consumer process (``bench.e2e.start_live``), warmed up once, then every
-round measures every kind in turn:
+round measures every kind in turn, in a new order drawn from the round's number (a kind
+that always follows the same neighbour inherits its after-effects):
 
 * ``--mode drain``: a backlog of ``--records`` raw records, committed-offset slope
   (records/s) and the consumer's CPU per record;
@@ -13,7 +14,8 @@ round measures every kind in turn:
   (``workers/handoff.py``, ``RW_BENCH_HANDOFF_FILE``), read when it stops.
 
 Every round records the host's 1-minute load average (at its start and end). With
-``passthrough`` among the kinds (and ``io-floor`` for CPU), the end prints issue 27's
+``io-floor`` (CPU) or ``worker@1af85a6`` (throughput) among the kinds in drain mode, or
+``passthrough`` in latency mode, the end prints issue 27's
 targets that the mode measures, judged as ``make bench`` judges them (``bench.targets``:
 latency only on rounds with load below 1, loaded rounds beside them); ``--share`` says
 which share of the worker's maximum ``--rate`` is (0.25 or 0.5), for the latency limits.
@@ -41,6 +43,7 @@ import asyncio
 import contextlib
 import os
 import pickle
+import random
 import shutil
 import statistics
 import subprocess
@@ -130,7 +133,10 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
             for r in range(rounds):
                 load_start = os.getloadavg()[0]
                 this: dict[str, Any] = {"rate": {}, "cpu": {}, "p50": {}, "p99": {}, "window": {}}
-                for i, (k, consumer, stage) in enumerate(live):
+                # a new order every round, drawn from the round's number (as make bench does): in one
+                # fixed order the kind after worker@1af85a6 drained 1.29× as fast over 7 rounds with
+                # the same code, the after-effects of its neighbour
+                for i, (k, consumer, stage) in random.Random(r).sample(list(enumerate(live)), len(live)):
                     new = f"{tag}-{r}-{i}"
                     # the floor's table is precomputed for exactly these records: it gets them again
                     # every round (its Redis keys are overwritten, which costs what new ones would)
