@@ -11,17 +11,19 @@ Rules, as issue 27 states them:
   :data:`QUIET_LOAD` (the highest of its readings at the round's start and end) — and the
   loaded rounds are reported beside them; with no quiet round a latency target is
   **not judged** (a shared host's neighbours move a p99 by more than the targets allow);
-* CPU per record (process CPU time) and throughput are judged on every round: both compare
-  kinds drained in the same round — throughput the worker against **main 1af85a6's worker**
-  (:data:`BASELINE_KIND`, a git worktree of that commit, run beside it), because the worker's
-  rate relative to the bare passthrough falls with the host's load (60 % at load ~1.3, 42 % at
-  ~6 on the same tree, docs/benchmarks.md), so a recorded ratio cannot be the bar.
+* **throughput** is the worker against **main 1af85a6's worker** (:data:`BASELINE_KIND`, a git
+  worktree of that commit) drained in the same round, not a recorded ratio: the worker's rate
+  relative to the bare passthrough falls with the host's load (60 % at load 1.0–1.7, 42 % at
+  5.6–6.7 on the same tree). It is judged on quiet rounds too: at load 8–13 the same code
+  against itself read 0.57–1.44× per round, median 0.79× — a verdict there is the neighbours';
+* **CPU per raw record** (process CPU time, the worker's ÷ the I/O floor's of the same round)
+  is judged on every round: the same code against itself read 104 and 102 µs at load 10.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 QUIET_LOAD = 1.0
@@ -35,9 +37,9 @@ BASELINE_KIND = f"worker@{BASELINE_COMMIT}"
 """"Today's" worker: main 1af85a6 (before issue 27's rewrite), drained in the same rounds."""
 THROUGHPUT_TO_BASELINE_MIN = 0.95
 """"Throughput not below today's": the worker's records/s ÷ main 1af85a6's worker's in the same
-round, median of the rounds, at least this. Not 1.0: the same tree against itself reads
-0.9–1.1 from round to round and a median of 5–7 such ratios lands either side of 1 (see
-docs/benchmarks.md); 0.95 fails a worker measurably slower than today's, not a coin toss."""
+round, median of the quiet rounds, at least this. Not 1.0: the same tree against itself reads
+0.8–1.7× from round to round on the shared host, and a median of 5–7 such ratios lands either
+side of 1; 0.95 fails a worker measurably slower than today's, not a coin toss."""
 BASELINE_WORKER_TO_PASSTHROUGH = 0.602
 """Context only: main 1af85a6's worker ÷ bare passthrough, median of 5 rounds at load 1.0–1.7."""
 
@@ -102,11 +104,11 @@ def at_least(target: str, rounds: Sequence[Round], limit: float, *, fmt: str = "
     return _judge(target, rounds, lambda m: m >= limit, fmt, unit, context)
 
 
-def _judge(target: str, rounds: Sequence[Round], ok: object, fmt: str, unit: str, context: str) -> Verdict:
+def _judge(target: str, rounds: Sequence[Round], ok: Callable[[float], bool], fmt: str, unit: str, context: str) -> Verdict:
     if not rounds:
         return Verdict(target, "NOT JUDGED", "not measured in this run" + (f"; {context}" if context else ""))
     values = [r.value for r in rounds]
-    passed = ok(statistics.median(values))  # type: ignore[operator]
+    passed = ok(statistics.median(values))
     figures = f"{_describe(values, fmt, unit)}; load {_loads(rounds)}" + (f"; {context}" if context else "")
     return Verdict(target, "PASS" if passed else "FAIL", figures)
 
@@ -114,6 +116,16 @@ def _judge(target: str, rounds: Sequence[Round], ok: object, fmt: str, unit: str
 def latency_at_most(target: str, rounds: Sequence[Round], limit: float, *, fmt: str = "+.1f", unit: str = " ms", context: str = "") -> Verdict:
     """Judged on the quiet rounds only (load below :data:`QUIET_LOAD`): their median is at most
     ``limit``. The loaded rounds are reported beside them; with no quiet round: NOT JUDGED."""
+    return quiet_rounds(target, rounds, lambda m: m <= limit, fmt=fmt, unit=unit, context=context)
+
+
+def quiet_at_least(target: str, rounds: Sequence[Round], limit: float, *, fmt: str = ".2f", unit: str = "", context: str = "") -> Verdict:
+    """As :func:`latency_at_most`, for a figure that must be at least ``limit`` (throughput)."""
+    return quiet_rounds(target, rounds, lambda m: m >= limit, fmt=fmt, unit=unit, context=context)
+
+
+def quiet_rounds(target: str, rounds: Sequence[Round], ok: Callable[[float], bool], *, fmt: str, unit: str, context: str) -> Verdict:
+    """The median of the quiet rounds passes ``ok``; the loaded rounds beside; none quiet: NOT JUDGED."""
     quiet = [r for r in rounds if r.load < QUIET_LOAD]
     loaded = [r for r in rounds if r.load >= QUIET_LOAD]
     parts = []
@@ -129,7 +141,7 @@ def latency_at_most(target: str, rounds: Sequence[Round], limit: float, *, fmt: 
         parts.append(context)
     if not quiet:
         return Verdict(target, "NOT JUDGED", "; ".join(parts))
-    passed = statistics.median(r.value for r in quiet) <= limit
+    passed = ok(statistics.median(r.value for r in quiet))
     return Verdict(target, "PASS" if passed else "FAIL", "; ".join(parts))
 
 
@@ -216,7 +228,7 @@ def issue27(
         pt = [d["rate"][worker] / d["rate"][passthrough] for d in both if d["rate"].get(passthrough)]
         context = f"worker / bare passthrough {statistics.median(pt):.1%} (main {BASELINE_COMMIT} recorded {BASELINE_WORKER_TO_PASSTHROUGH:.1%} at load 1.0–1.7)" if pt else ""
         out.append(
-            at_least(
+            quiet_at_least(
                 f"throughput not below today's: worker / main {BASELINE_COMMIT}'s worker, records/s in the same round ≥ {THROUGHPUT_TO_BASELINE_MIN:g}×{who}",
                 rounds,
                 THROUGHPUT_TO_BASELINE_MIN,
