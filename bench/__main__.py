@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import os
 import platform
 import random
 import signal
+import statistics
+import subprocess
 import sys
 import time
 from importlib import metadata
@@ -28,8 +32,9 @@ from typing import Any
 
 import orjson
 
-from bench import cpu, e2e, gateway, litellm_compare, memory, profiles
+from bench import ab, cpu, e2e, gateway, litellm_compare, memory, profiles, targets
 from bench.streams import runs, templates
+from reasonwire.workers import handoff
 from reasonwire.workers.translators import implemented
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -178,7 +183,7 @@ ratio is taken within a round, and judged as the median over rounds."""
 LATENCY_KINDS = ("passthrough", "worker", "passthrough-pipelined", "worker-no-telemetry")
 
 RATIOS: tuple[tuple[str, str, str, float | None, str], ...] = (
-    ("worker_to_passthrough", "worker", "passthrough", 0.80, "worker as shipped (Redis writes, OTel SDK and guards on, no exporter) / bare passthrough"),
+    ("worker_to_passthrough", "worker", "passthrough", None, "worker as shipped (Redis writes, OTel SDK and guards on, no exporter) / bare passthrough (issue 27: not below main 1af85a6's, verdict below)"),
     ("worker_no_telemetry_to_passthrough", "worker-no-telemetry", "passthrough", None, "worker, telemetry off / bare passthrough"),
     ("io_floor_to_passthrough", "io-floor", "passthrough", None, "I/O-equivalent floor (same outputs and Redis commands, precomputed) / bare passthrough"),
     ("worker_to_io_floor", "worker", "io-floor", None, "worker as shipped / I/O-equivalent floor (the cost of reasonwire's own logic)"),
@@ -186,11 +191,28 @@ RATIOS: tuple[tuple[str, str, str, float | None, str], ...] = (
     ("shipped_to_telemetry_off", "worker", "worker-no-telemetry", None, "worker as shipped (no exporter) / telemetry off"),
     ("sampled_to_telemetry_off", "worker-exporting-sampled", "worker-no-telemetry", 0.90, "exporting spans and metrics, 1 % of runs traced (parentbased_traceidratio 0.01) / telemetry off"),
     ("exporting_to_telemetry_off", "worker-exporting", "worker-no-telemetry", 0.60, "exporting every span and metric (console exporter) / telemetry off"),
+    ("worker_to_today", "worker", targets.BASELINE_KIND, None, f"worker as shipped / main {targets.BASELINE_COMMIT}'s worker, same round (issue 27: ≥ {targets.THROUGHPUT_TO_BASELINE_MIN:g}×, verdict below)"),
     ("faststream_to_passthrough", "faststream-passthrough", "passthrough", None, "FastStream passthrough / bare passthrough"),
     ("pipelined_to_passthrough", "passthrough-pipelined", "passthrough", None, "pipelined bare passthrough / bare passthrough"),
 )
-LATENCY_TARGETS = (("50% of worker max", "p50", 1.0), ("50% of worker max", "p99", 5.0), ("25% of worker max", "p99", 1.0))
-"""(rate, percentile, at most this many ms added over the bare passthrough) for the worker as shipped."""
+
+
+def issue27_rounds(e: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[float, list[dict[str, Any]]]]:
+    """The e2e section's figures per round, as :func:`bench.targets.issue27` takes them."""
+    rates, cpus, loads = e.get("throughput_rounds", {}), e.get("cpu_us_per_record_rounds", {}), e.get("round_loads", [])
+    drain = [
+        {"load": load, "rate": {k: v[i] for k, v in rates.items() if len(v) > i}, "cpu": {k: v[i] for k, v in cpus.items() if len(v) > i}}
+        for i, load in enumerate(loads)
+    ]
+    latency: dict[float, dict[int, dict[str, Any]]] = {}
+    for x in e.get("latency", []):
+        if "share" not in x or x.get("p50_us") is None or x.get("p99_us") is None:
+            continue
+        slot = latency.setdefault(x["share"], {}).setdefault(x["round"], {"load": x.get("load", float("inf")), "p50": {}, "p99": {}, "handoff": {}})
+        slot["p50"][x["kind"]], slot["p99"][x["kind"]] = x["p50_us"] / 1000, x["p99_us"] / 1000
+        if x.get("handoff"):
+            slot["handoff"][x["kind"]] = x["handoff"]
+    return drain, {share: [rounds[r] for r in sorted(rounds)] for share, rounds in latency.items()}
 
 
 async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
@@ -205,7 +227,10 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
     created: list[str] = []
     rounds = 5 if quick else 7
     latency_rounds = 3 if quick else 5
-    backlog_pt, backlog_w = (6000, 3000) if quick else (40000, 20000)
+    # the drain backlogs are sized from the rates the warm-up round measures (targets.backlog_size):
+    # a fixed 40 000 outran the producer on a fast idle host and took minutes on a slow one
+    window_s, max_produce_s = (1.0, 3.0) if quick else (3.0, 6.0)
+    floor_records, warm_records = (4000, 2000) if quick else (30000, 6000)
     send_s = 2.0 if quick else 3.0
     out: dict[str, Any] = {
         "partitions": e2e.PARTITIONS,
@@ -213,7 +238,7 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
         "broker_on_same_machine": True,
         "rounds": rounds,
         "latency_rounds": latency_rounds,
-        "backlog": {"passthroughs": backlog_pt, "workers": backlog_w},
+        "quiet_load": targets.QUIET_LOAD,
     }
     tag = f"r{int(time.time())}"
 
@@ -223,37 +248,84 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
         return s
 
     live: dict[str, tuple[e2e.Consumer, e2e.Stage]] = {}
+    trees = contextlib.ExitStack()
     try:
         out["fanout"] = e2e.fanout(e2e.traffic(grammars, 5000, seed=9, tag=f"{tag}-fan").records)
-        base_pt = e2e.traffic(grammars, backlog_pt, seed=11, tag=f"{tag}-pt").records
-        base_w = e2e.traffic(grammars, backlog_w, seed=12, tag=f"{tag}-w").records
+        base_floor = e2e.traffic(grammars, floor_records, seed=12, tag=f"{tag}-f").records
         floor_file = logs / "io-floor-traffic.pickle"
-        floor_file.write_bytes(pickle.dumps([(r.key, r.value, r.headers) for r in base_w]))
-        for kind in THROUGHPUT_KINDS:
+        floor_file.write_bytes(pickle.dumps([(r.key, r.value, r.headers) for r in base_floor]))
+        kinds = list(THROUGHPUT_KINDS)
+        today = _todays_tree(trees)  # issue 27: throughput not below main 1af85a6's worker, in the same rounds
+        if isinstance(today, Path):
+            kinds.append(targets.BASELINE_KIND)
+        else:
+            out["baseline_missing"] = today
+            log(f"3. no {targets.BASELINE_KIND} beside the worker: {today}")
+        for kind in kinds:
             log(f"3. starting {kind} (stays up for every round)")
+            if kind == targets.BASELINE_KIND:  # the worker as shipped, run from a worktree of that commit
+                st, saved = stage("worker-today"), e2e.ROOT
+                e2e.ROOT = today  # type: ignore[assignment]
+                try:
+                    live[kind] = (await e2e.start_live("worker", st, logs), st)
+                finally:
+                    e2e.ROOT = saved
+                continue
             st = stage(kind)
             extra = {"RW_BENCH_FLOOR_TRAFFIC": str(floor_file)} if kind == "io-floor" else {}
-            if kind in ("worker", "worker-no-telemetry"):  # per-phase timestamps (bench.phases), read per latency run
-                extra["RW_BENCH_PHASES"] = str(logs / f"phases-{kind}.json")
+            if kind in LATENCY_KINDS and kind.startswith("worker"):
+                extra["RW_BENCH_PHASES"] = str(logs / f"phases-{kind}.json")  # per-phase timestamps (bench.phases), read per latency run
+                handoff_file = logs / f"handoff-{kind}.json"  # poll → producer inside the worker, written as it exits
+                handoff_file.unlink(missing_ok=True)
+                extra[handoff.ENV] = str(handoff_file)
             live[kind] = (await e2e.start_live(kind, st, logs, extra), st)
+
+        log("3. warm-up round (not counted): lazy imports and each grammar's first runs; it measures the rates the backlogs are sized from")
+        warm = e2e.traffic(grammars, warm_records, seed=5, tag=f"{tag}-warm").records
+        warm_rates: dict[str, float] = {}
+        produce_rates: list[float] = []
+        for kind, (consumer, st) in live.items():
+            records = base_floor[: len(warm)] if kind == "io-floor" else e2e.retag(warm, f"{tag}-warm", f"{tag}-warm-{kind}")
+            try:
+                result = await e2e.drain_live(consumer, st, records)
+                warm_rates[kind] = result["records_per_s"]
+            except RuntimeError as exc:  # drained between two samples: faster than the warm-up can tell
+                if "between two samples" not in str(exc):
+                    raise
+                warm_rates[kind], result = float("inf"), {"produce_s": 0.0}
+            if result["produce_s"] > 0:
+                produce_rates.append(len(records) / result["produce_s"])
+        produce_rate = statistics.median(produce_rates) if produce_rates else 0.0
+        sizes = {k: targets.backlog_size(v, produce_rate, window_s=window_s, max_produce_s=max_produce_s) for k, v in warm_rates.items()}
+        sizes["io-floor"] = min(sizes["io-floor"], len(base_floor))
+        # a worker's runs must end inside its backlog (a cut run stays open until the inactivity
+        # timeout expires it in a later round): the worker kinds share one backlog, the largest they
+        # need; the stateless kinds take a prefix of theirs
+        n_workers = max(n for k, n in sizes.items() if k.startswith("worker"))
+        n_passthroughs = max(n for k, n in sizes.items() if "passthrough" in k)
+        base_w = e2e.traffic(grammars, n_workers, seed=12, tag=f"{tag}-w").records
+        base_pt = e2e.traffic(grammars, n_passthroughs, seed=11, tag=f"{tag}-pt").records
+        for k in sizes:
+            sizes[k] = len(base_w) if k.startswith("worker") else sizes[k]
+        out["backlog"] = {"warm_up_records_per_s": warm_rates, "produce_records_per_s": produce_rate, "window_s": window_s, "max_produce_s": max_produce_s, "records": sizes}
+        log("3. backlog per round: " + ", ".join(f"{k} {n}" for k, n in sizes.items()) + f" (harness produces {produce_rate:.0f} records/s)")
 
         def backlog(kind: str, label: str) -> list[e2e.Record]:
             if kind == "io-floor":
-                return base_w  # its table is precomputed for exactly these records
-            base, old = (base_w, f"{tag}-w") if kind.startswith("worker") else (base_pt, f"{tag}-pt")
-            return e2e.retag(base, old, f"{tag}-{label}-{kind}")
-
-        log("3. warm-up round (not counted): lazy imports and each grammar's first runs")
-        for kind, (consumer, st) in live.items():
-            await e2e.drain_live(consumer, st, backlog(kind, "warm")[: max(2000, backlog_w // 3)])
-        per_round: dict[str, list[float]] = {k: [] for k in THROUGHPUT_KINDS}
-        cpu_per_record: dict[str, list[float]] = {k: [] for k in THROUGHPUT_KINDS}
+                return base_floor[: sizes[kind]]  # its table is precomputed for exactly these records
+            if kind.startswith("worker"):
+                return e2e.retag(base_w, f"{tag}-w", f"{tag}-{label}-{kind}")
+            return e2e.retag(base_pt[: sizes[kind]], f"{tag}-pt", f"{tag}-{label}-{kind}")
+        per_round: dict[str, list[float]] = {k: [] for k in kinds}
+        cpu_per_record: dict[str, list[float]] = {k: [] for k in kinds}
         out["round_orders"] = []
+        out["round_loads"] = []
         for r in range(rounds):
+            load_start = os.getloadavg()[0]
             # Each round drains every kind once, in a new order: with one fixed order a kind always
             # followed the same neighbour and inherited its after-effects (the broker's segment
             # flushes, Redis's AOF rewrite), a bias the median of rounds does not remove.
-            order = random.Random(r).sample(THROUGHPUT_KINDS, len(THROUGHPUT_KINDS))
+            order = random.Random(r).sample(kinds, len(kinds))
             out["round_orders"].append(order)
             for kind in order:
                 consumer, st = live[kind]
@@ -267,17 +339,20 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
                     out["profile_raw"] = str(logs / "profile.pyspy.txt")
                 per_round[kind].append(result["records_per_s"])
                 cpu_per_record[kind].append(result["cpu_us_per_record"])
-            log(f"3. round {r + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.0f}/s" for k, v in per_round.items()))
+            out["round_loads"].append(targets.round_load(load_start, os.getloadavg()[0]))
+            log(f"3. round {r + 1}/{rounds} (load {out['round_loads'][-1]:.2f}): " + ", ".join(f"{k} {v[-1]:.0f}/s" for k, v in per_round.items()))
         out["throughput_rounds"] = per_round
         out["cpu_us_per_record_rounds"] = cpu_per_record
 
         w_max = statistics.median(per_round["worker"])
         out["latency"] = []
+        await _settle(30.0 if quick else 60.0)
         for label, share in (("50% of worker max", 0.5), ("25% of worker max", 0.25)):
             rate = share * w_max
             n_records = int(rate * (send_s + 1.0))
             base = e2e.traffic(grammars, n_records, seed=30, tag=f"{tag}-lat", map_events=True)
             for r in range(latency_rounds):
+                load_start, this_round = os.getloadavg()[0], len(out["latency"])
                 for kind in LATENCY_KINDS:
                     consumer, st = live[kind]
                     new = f"{tag}-l{int(rate)}-{r}-{kind}"
@@ -294,27 +369,54 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
                         consumer.proc.send_signal(signal.SIGUSR1)
                         await asyncio.sleep(0.5)
                         res["phases"] = orjson.loads(phases_file.read_bytes()) if phases_file.exists() else None
-                    out["latency"].append({"label": label, "round": r, **res})
+                    out["latency"].append({"label": label, "share": share, "round": r, **res})
+                load = targets.round_load(load_start, os.getloadavg()[0])
+                for x in out["latency"][this_round:]:
+                    x["load"] = load
+                log(f"3. latency round {r + 1}/{latency_rounds} at {label}: load average {load:.2f} ({'quiet' if load < targets.QUIET_LOAD else 'loaded'})")
+        for kind in LATENCY_KINDS:  # the workers write their hand-off samples as they exit
+            handoff_file = logs / f"handoff-{kind}.json"
+            if kind.startswith("worker"):
+                live[kind][0].stop()
+                samples = orjson.loads(handoff_file.read_bytes())["samples"] if handoff_file.exists() else []
+                for x in out["latency"]:
+                    if x["kind"] == kind:
+                        x["handoff"] = targets.handoff_window(samples, *x["window_perf"])
 
         if not quick:
-            log(f"5. drain {backlog_w} records: 2 x worker-no-telemetry (fresh processes; context)")
-            tr = e2e.traffic(grammars, backlog_w, seed=14, tag=f"{tag}-two")
+            log(f"5. drain {len(base_w)} records: 2 x worker-no-telemetry (fresh processes; context)")
+            tr = e2e.traffic(grammars, len(base_w), seed=14, tag=f"{tag}-two")
             out["worker-no-telemetry_drain_2"] = await e2e.drain(stage("worker-no-telemetry2"), "worker-no-telemetry", 2, tr.records, logs)
     finally:
         for consumer, _ in live.values():
             consumer.stop()
+        trees.close()
         await e2e.delete_topics(bootstrap, created)
         out["redis_keys_removed"] = await e2e.delete_bench_keys(redis_url)
     return out
 
 
-def spread(values: list[float]) -> dict[str, float]:
-    """Median, min, max and quartiles of per-round values."""
-    import statistics
+def _todays_tree(stack: contextlib.ExitStack) -> Path | str:
+    """A worktree of main 1af85a6 (:data:`targets.BASELINE_COMMIT`) for the rest of the section, or
+    why there is none (a copy without the git history: the throughput target is then not judged)."""
+    rev = targets.BASELINE_COMMIT
+    found = subprocess.run(["git", "-C", str(e2e.ROOT), "rev-parse", "--verify", "-q", f"{rev}^{{commit}}"], capture_output=True)
+    if found.returncode != 0:
+        return f"commit {rev} is not in this repository's history"
+    return stack.enter_context(ab.worktrees({rev}))[rev]
 
-    ordered = sorted(values)
-    q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) >= 2 else [ordered[0]] * 3
-    return {"median": statistics.median(ordered), "min": ordered[0], "max": ordered[-1], "q1": q[0], "q3": q[2], "n": len(ordered)}
+
+async def _settle(longest_s: float) -> None:
+    """Before the latency rounds: wait (at most ``longest_s``) for the 1-minute load average to
+    drop below :data:`targets.QUIET_LOAD` — the drain rounds just before keep it up for a minute,
+    and latency is judged only on quiet rounds."""
+    deadline = time.monotonic() + longest_s
+    while os.getloadavg()[0] >= targets.QUIET_LOAD and time.monotonic() < deadline:
+        await asyncio.sleep(2.0)
+    log(f"3. latency rounds start at load average {os.getloadavg()[0]:.2f}")
+
+
+spread = targets.spread
 
 
 # -- summary and table -------------------------------------------------------------------------
@@ -347,7 +449,7 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
         s["latency"] = {}
         for label in labels:
             n = 1 + max(x["round"] for x in lat if x["label"] == label)
-            row: dict[str, Any] = {"rate": next(x["target_rate"] for x in lat if x["label"] == label)}
+            row: dict[str, Any] = {"rate": next(x["target_rate"] for x in lat if x["label"] == label), "share": next((x.get("share") for x in lat if x["label"] == label), None)}
             for kind in LATENCY_KINDS:
                 mine = [by.get((label, i, kind)) for i in range(n)]
                 row[kind] = {p: spread([m[f"{p}_us"] / 1000 for m in mine if m and m[f"{p}_us"] is not None] or [float("nan")]) for p in ("p50", "p99")}
@@ -375,11 +477,9 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
             for kind, phases in kinds.items():
                 for phase, v in phases.items():
                     phases[phase] = {q: sorted(vals)[len(vals) // 2] for q, vals in v.items()}  # median over rounds
-        s["latency_targets"] = []
-        for label, pct, limit in LATENCY_TARGETS:
-            added = s["latency"].get(label, {}).get("worker", {}).get("added_over_passthrough", {}).get(pct)
-            if added:
-                s["latency_targets"].append({"label": label, "percentile": pct, "limit_ms": limit, **added, "met": added["median"] <= limit})
+    if "e2e" in r and "skipped" not in r["e2e"]:
+        drain, latency = issue27_rounds(e)
+        s["issue27"] = [dataclasses.asdict(v) for v in targets.issue27(drain, latency)]
     return s
 
 
@@ -433,9 +533,9 @@ def render_table(r: dict[str, Any]) -> str:
                 if not added:
                     continue
                 who = {"worker": "worker as shipped", "worker-no-telemetry": "worker, telemetry off", "passthrough-pipelined": "pipelined passthrough"}[kind]
-                goals = [(pct, limit) for lab, pct, limit in LATENCY_TARGETS if lab == label and kind == "worker"]
-                goal = ", ".join(f"{pct} ≤ {limit:g} ms" for pct, limit in goals) or "(context)"
-                met = _met(all(added[p]["median"] <= limit for p, limit in goals)) if goals else "—"
+                limit = targets.E2E_ADDED_P99_MS.get(row.get("share"))  # type: ignore[arg-type]
+                goal = f"p50 ≤ +0 ms, p99 ≤ {limit:g} ms, on quiet rounds" if kind == "worker" and limit is not None else "(context)"
+                met = "see the verdicts" if kind == "worker" and limit is not None else "—"
                 base = row["passthrough"]
                 lines.append(
                     f"| added latency @ {row['rate']:.0f}/s ({label}, {who}) over the bare passthrough, median (min–max) of {e['latency_rounds']} rounds | "
@@ -449,6 +549,25 @@ def render_table(r: dict[str, Any]) -> str:
                     )
                     + f" | {goal} | {met} |"
                 )
+        if e.get("round_loads"):
+            lines.append(f"| host load average (1-minute) per drain round | {', '.join(f'{x:.2f}' for x in e['round_loads'])} | (context) | — |")
+        for label in s.get("latency", {}):
+            loads = sorted({(x["round"], x["load"]) for x in e.get("latency", []) if x["label"] == label and "load" in x})
+            if loads:
+                quiet = sum(1 for _, x in loads if x < targets.QUIET_LOAD)
+                lines.append(
+                    f"| host load average per latency round @ {label} | {', '.join(f'{x:.2f}' for _, x in loads)} ({quiet} quiet, below {targets.QUIET_LOAD:g}) | latency judged on quiet rounds | — |"
+                )
+            for kind in ("worker", "worker-no-telemetry"):
+                hands = [x["handoff"] for x in e.get("latency", []) if x["label"] == label and x["kind"] == kind and x.get("handoff")]
+                if hands:
+                    med = lambda key: statistics.median([h[key] for h in hands if h[key] is not None] or [float("nan")])  # noqa: E731
+                    lines.append(
+                        f"| poll → outputs handed to the producer, inside {kind} @ {label}, ms, median of {len(hands)} rounds (all loads) | "
+                        f"continuing runs p50 {med('continuing_p50'):.1f} / p99 {med('continuing_p99'):.1f}; terminal outputs p50 {med('terminal_p50'):.1f} / p99 {med('terminal_p99'):.1f} "
+                        f"({sum(h['continuing_n'] for h in hands)} + {sum(h['terminal_n'] for h in hands)} hand-offs) | "
+                        + ("continuing p50 ≤ 2, p99 ≤ 10; terminal p99 ≤ 20, on quiet rounds | see the verdicts |" if kind == "worker" and "25%" in label else "(context) | — |")
+                    )
         for label, kinds in s.get("phases", {}).items():
             for kind, phases in kinds.items():
                 order = ("between_polls", "poll_size", "step", "journal_read", "redis_tx", "to_acked", "close_runs", "commit", "gc0", "gc1", "gc2", "loop_lag")
@@ -508,21 +627,23 @@ def render_table(r: dict[str, Any]) -> str:
 
 
 def verdicts(s: dict[str, Any]) -> list[str]:
-    """Issue 17's targets, each judged on the median of its per-round values, with the spread."""
+    """Issue 27's targets (bench.targets), then issue 17's telemetry targets, each judged on the
+    median of its per-round values, with the spread."""
     out = []
+    if s.get("issue27"):
+        out += [f"Issue 27's targets (medians of rounds; latency judged only on rounds with load average below {targets.QUIET_LOAD:g}):"]
+        out += ["- " + targets.Verdict(**v).line() for v in s["issue27"]]
+    telemetry = []
     for name, _, _, target, title in RATIOS:
         x = s.get(name)
         if x and target is not None:
-            out.append(
+            telemetry.append(
                 f"- {'MET' if x['met'] else 'NOT MET'}: {title} ≥ {target:.0%} — median {x['median']:.1%} "
                 f"(min–max {x['min']:.1%}–{x['max']:.1%}, {x['n']} rounds)"
             )
-    for t in s.get("latency_targets", []):
-        out.append(
-            f"- {'MET' if t['met'] else 'NOT MET'}: added {t['percentile']} latency at {t['label']} (worker as shipped − bare passthrough) "
-            f"≤ {t['limit_ms']:g} ms — median {t['median']:+.2f} ms (min–max {t['min']:+.2f}…{t['max']:+.2f} ms, {t['n']} rounds)"
-        )
-    return (["Targets (verdicts from the medians):", *out]) if out else []
+    if telemetry:
+        out += [*([""] if out else []), "Issue 17's telemetry targets:", *telemetry]
+    return out
 
 
 if __name__ == "__main__":

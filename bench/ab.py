@@ -4,11 +4,21 @@
 needs the tree before it beside the tree after it, on the same broker and Redis, in
 alternating rounds (the host moves by ±20 % from one minute to the next). Each kind is
 one long-lived consumer process (``bench.e2e.start_live``), warmed up once, then every
-round measures every kind in turn:
+round measures every kind in turn, in a new order drawn from the round's number (a kind
+that always follows the same neighbour inherits its after-effects):
 
 * ``--mode drain``: a backlog of ``--records`` raw records, committed-offset slope
   (records/s) and the consumer's CPU per record;
-* ``--mode latency``: ``--rate`` records/s for 4 s, latency per output p50 / p99 (ms).
+* ``--mode latency``: ``--rate`` records/s for 4 s, latency per output p50 / p99 (ms); a
+  worker kind also records, inside itself, poll → outputs handed to the producer
+  (``workers/handoff.py``, ``RW_BENCH_HANDOFF_FILE``), read when it stops.
+
+Every round records the host's 1-minute load average (at its start and end). With
+``io-floor`` (CPU) or ``worker@1af85a6`` (throughput) among the kinds in drain mode, or
+``passthrough`` in latency mode, the end prints issue 27's
+targets that the mode measures, judged as ``make bench`` judges them (``bench.targets``:
+latency only on rounds with load below 1, loaded rounds beside them); ``--share`` says
+which share of the worker's maximum ``--rate`` is (0.25 or 0.5), for the latency limits.
 
 ``io-floor`` (:mod:`bench.io_floor`) works here as in ``make bench``: its table of outputs and
 Redis commands is precomputed from this run's backlog, which it gets unchanged every round
@@ -33,6 +43,7 @@ import asyncio
 import contextlib
 import os
 import pickle
+import random
 import shutil
 import statistics
 import subprocess
@@ -44,7 +55,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import e2e
+import orjson
+
+from bench import e2e, targets
+from reasonwire.workers import handoff
 
 IO_FLOOR = "io-floor"  # bench.io_floor: the worker's I/O without its logic, fed a precomputed table
 GRAMMARS = ("anthropic-messages", "openai-responses", "gemini-generate-content", "gemini-interactions", "bedrock-converse")
@@ -83,7 +97,9 @@ def worktrees(revs: set[str]) -> Iterator[dict[str, Path]]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: float) -> dict[str, list[tuple[float, float]]]:
+async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: float) -> dict[str, Any]:
+    """Every kind measured once per round, in order; returns ``{"figures": {spec: [(a, b) per
+    round]}, "rounds": [per round: load, and per spec its figures and hand-off window]}``."""
     bootstrap, redis_url = os.environ["KAFKA_BOOTSTRAP_SERVERS"], os.environ["REDIS_URL"]
     logs = e2e.ROOT / "bench" / "results" / "ab-logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -91,6 +107,8 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
     live: list[tuple[Kind, Any, Any]] = []
     created: list[str] = []
     results: dict[str, list[tuple[float, float]]] = {k.spec: [] for k in kinds}
+    per_round: list[dict[str, Any]] = []
+    handoff_files: dict[str, Path] = {}
     base = e2e.traffic(GRAMMARS, records if mode == "drain" else int(rate * 4), seed=12, tag=f"{tag}-x", map_events=mode == "latency")
     floor = logs / f"{tag}-io-floor-traffic.pickle"
     floor.write_bytes(pickle.dumps([(r.key, r.value, r.headers) for r in base.records]))
@@ -101,7 +119,10 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
                 created += stage.all_topics()
                 saved = e2e.ROOT
                 e2e.ROOT = trees[k.rev] if k.rev else saved  # the consumer process runs from that tree
-                env = {"RW_BENCH_FLOOR_TRAFFIC": str(floor), **k.env} if k.kind == IO_FLOOR else k.env
+                env = {"RW_BENCH_FLOOR_TRAFFIC": str(floor), **k.env} if k.kind == IO_FLOOR else dict(k.env)
+                if k.kind.startswith("worker"):  # poll → hand-off inside the worker, written when it stops
+                    handoff_files[k.spec] = logs / f"{tag}-handoff-{i}.json"
+                    env[handoff.ENV] = str(handoff_files[k.spec])
                 try:
                     live.append((k, await e2e.start_live(k.kind, stage, logs, env), stage))
                 finally:
@@ -110,7 +131,12 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
                 warm = base.records[:3000] if k.kind == IO_FLOOR else e2e.traffic(GRAMMARS, 3000, seed=5, tag=f"{tag}-warm{i}").records
                 await e2e.drain_live(consumer, stage, warm)
             for r in range(rounds):
-                for i, (k, consumer, stage) in enumerate(live):
+                load_start = os.getloadavg()[0]
+                this: dict[str, Any] = {"rate": {}, "cpu": {}, "p50": {}, "p99": {}, "window": {}}
+                # a new order every round, drawn from the round's number (as make bench does): in one
+                # fixed order the kind after worker@1af85a6 drained 1.29× as fast over 7 rounds with
+                # the same code, the after-effects of its neighbour
+                for i, (k, consumer, stage) in random.Random(r).sample(list(enumerate(live)), len(live)):
                     new = f"{tag}-{r}-{i}"
                     # the floor's table is precomputed for exactly these records: it gets them again
                     # every round (its Redis keys are overwritten, which costs what new ones would)
@@ -118,20 +144,32 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
                     if mode == "drain":
                         out = await e2e.drain_live(consumer, stage, batch)
                         figures = (out["records_per_s"], out["cpu_us_per_record"])
+                        this["rate"][k.spec], this["cpu"][k.spec] = figures
                         line = f"{figures[0]:7.0f} records/s, {figures[1]:4.0f} µs CPU per record"
                     else:
                         sources = {(new + rid[len(f"{tag}-x") :], s): x for (rid, s), x in base.event_source.items()}
                         out = await e2e.latency(stage, k.kind, e2e.Traffic(batch, sources), rate, logs, live=consumer)
                         figures = (out["p50_us"] / 1000, out["p99_us"] / 1000)
+                        this["p50"][k.spec], this["p99"][k.spec] = figures
+                        this["window"][k.spec] = out["window_perf"]
                         line = f"p50 {figures[0]:6.1f} ms, p99 {figures[1]:6.1f} ms"
                     results[k.spec].append(figures)
                     print(f"round {r + 1}/{rounds} {k.spec:40s} {line}", flush=True)
+                this["load"] = targets.round_load(load_start, os.getloadavg()[0])
+                per_round.append(this)
+                quiet = "quiet" if this["load"] < targets.QUIET_LOAD else "loaded"
+                print(f"round {r + 1}/{rounds} host load average {load_start:.2f} → {os.getloadavg()[0]:.2f}: {this['load']:.2f}, {quiet}", flush=True)
         finally:
             for _, consumer, _ in live:
-                consumer.stop()
+                consumer.stop()  # a worker writes its hand-off samples as it exits
             await e2e.delete_topics(bootstrap, created)
             floor.unlink(missing_ok=True)
-    return results
+    for spec, path in handoff_files.items():
+        samples = orjson.loads(path.read_bytes())["samples"] if path.exists() else []
+        for this in per_round:
+            if spec in this["window"]:
+                this.setdefault("handoff", {})[spec] = targets.handoff_window(samples, *this["window"][spec])
+    return {"figures": results, "rounds": per_round}
 
 
 def main() -> int:
@@ -141,6 +179,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--records", type=int, default=10_000, help="backlog per drain round")
     parser.add_argument("--rate", type=float, default=1120.0, help="records/s in latency rounds")
+    parser.add_argument(
+        "--share", type=float, choices=sorted(targets.E2E_ADDED_P99_MS), help="the share of the worker's maximum --rate is (latency targets; 0.25 also the hand-off's)"
+    )
     args = parser.parse_args()
     if not (os.environ.get("KAFKA_BOOTSTRAP_SERVERS") and os.environ.get("REDIS_URL")):
         print("python -m bench.ab: set KAFKA_BOOTSTRAP_SERVERS and REDIS_URL (deploy/services.sh up)", file=sys.stderr)
@@ -151,10 +192,36 @@ def main() -> int:
         return 2
     results = asyncio.run(run(kinds, args.mode, args.rounds, args.records, args.rate))
     unit = ("records/s", "µs CPU per record") if args.mode == "drain" else ("p50 ms", "p99 ms")
-    for spec, figures in results.items():
+    for spec, figures in results["figures"].items():
         first, second = statistics.median(f[0] for f in figures), statistics.median(f[1] for f in figures)
         print(f"median of {len(figures)} {spec:40s} {unit[0]} {first:.1f}, {unit[1]} {second:.1f}")
+    for line in report(results["rounds"], [k.spec for k in kinds], args.mode, args.share):
+        print(line)
     return 0
+
+
+def report(rounds: list[dict[str, Any]], specs: list[str], mode: str, share: float | None) -> list[str]:
+    """The hand-off figures of each worker kind, and the verdicts of issue 27's targets this
+    run measures, for each worker kind against the ``passthrough`` (and ``io-floor``) of its rounds."""
+    lines = []
+    for spec in specs:
+        windows = [r["handoff"][spec] for r in rounds if spec in r.get("handoff", {})]
+        if windows:
+            fig = lambda key: "/".join("—" if w[key] is None else f"{w[key]:.1f}" for w in windows)  # noqa: E731
+            lines.append(
+                f"{spec}: poll → handed to the producer per round, ms: continuing p50 {fig('continuing_p50')}, p99 {fig('continuing_p99')}; "
+                f"terminal p50 {fig('terminal_p50')}, p99 {fig('terminal_p99')}"
+            )
+    workers = [s for s in specs if Kind.parse(s).kind == "worker"]
+    if mode == "latency" and share is None:
+        lines.append("(no --share: the latency figures are not judged; --share 0.25 or 0.5 names the share of the worker's maximum --rate is)")
+        return lines
+    drain = rounds if mode == "drain" else []
+    latency = {share: rounds} if mode == "latency" and share is not None else {}
+    verdicts = [v for w in workers for v in targets.issue27(drain, latency, worker=w, every=False)]
+    if verdicts:
+        lines += ["Issue 27's targets measured here:", *(v.line() for v in verdicts)]
+    return lines
 
 
 if __name__ == "__main__":

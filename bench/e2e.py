@@ -550,6 +550,7 @@ async def latency(
             await asyncio.sleep(0.1)
         stop.set()
         await task
+        measured_until = time.perf_counter()
     finally:
         await producer.stop()
         await collector.stop()
@@ -576,6 +577,9 @@ async def latency(
         "median_ms_per_half_second": series,
         "warm_up_records": len(warm),
         "warm_up_drained_s": warm_s,
+        # the measured window on time.perf_counter() (CLOCK_MONOTONIC, the same in the worker):
+        # what the worker's hand-off samples (workers/handoff.py) are cut to
+        "window_perf": [start + warmup_s, measured_until],
     }
 
 

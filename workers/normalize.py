@@ -35,7 +35,7 @@ from faststream.kafka.annotations import KafkaMessage
 from reasonwire.contracts import topics
 from reasonwire.contracts.policy import PolicyBook
 from reasonwire.contracts.topic_plan import plan
-from reasonwire.workers import topics_admin
+from reasonwire.workers import handoff, topics_admin
 from reasonwire.workers.core.backoff import Backoff, Degradation, Report
 from reasonwire.workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
 from reasonwire.workers.core.delivery_machine import (
@@ -88,6 +88,9 @@ class NormalizerWorker:
         self.stats: dict[str, int] = {"records": 0, "events": 0, "artefacts": 0, "dead_letters": 0, "skipped": 0, "store_lost": 0}
         self._traces: dict[int, Any] = {}
         """Flight → its batch trace (telemetry), from the poll to its retirement."""
+        self._polled: dict[int, float] = {}
+        """Flight → ``time.perf_counter()`` when its poll reached :meth:`handle` (the hand-off
+        timing of workers/handoff.py; expiry flights have none)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
         self._last_error: BaseException | None = None
@@ -114,6 +117,7 @@ class NormalizerWorker:
 
     async def handle(self, records: Sequence[RawRecord]) -> None:
         """Feed one poll to the machine; returns once it is stepped (its writes in flight)."""
+        polled = time.perf_counter()  # poll → hand-off to the producer (workers/handoff.py)
         self._after_stall()
         await self._until(lambda: self.machine.accepting or self.closing)
         await self._wait_for_retry()
@@ -124,6 +128,8 @@ class NormalizerWorker:
         flight = next((a.flight for a in actions if isinstance(a, (Probe, ReadJournals, Stepped))), None)
         if flight is not None:
             self._traces[flight] = self.telemetry.batch(records).__enter__()
+            if handoff.recorder.enabled:
+                self._polled[flight] = polled
         self._take(actions)
 
     async def expire_idle_runs(self) -> None:
@@ -286,6 +292,9 @@ class NormalizerWorker:
             return
         finally:
             _performing.set(None)
+        polled = self._polled.get(action.flight) if self._polled else None
+        if polled is not None:  # ``terminal``: after the poll's write (runs that ended, runs not yet confirmed)
+            handoff.recorder.handed(polled, action.terminal)
         stats = self.stats
         for out in action.outbound:
             stats["dead_letters" if out.topic == topics.DLQ else "events"] += 1
@@ -313,6 +322,7 @@ class NormalizerWorker:
             self._log_step(item, step)
 
     def _retired(self, action: Retired) -> None:
+        self._polled.pop(action.flight, None)
         trace = self._traces.pop(action.flight, None)
         if action.committed:
             self.stats["records"] += action.records
