@@ -67,9 +67,8 @@ from reasonwire.workers.core.audience import AudienceFilter
 from reasonwire.workers.core.delivery import DeadLetterCode, OutputLimits, dead_letter_headers, fit_dead_letter, record_size
 from reasonwire.workers.core.discipline import METADATA_KEY
 from reasonwire.workers.core.fence import SilenceClock, next_head
-from reasonwire.workers.core.translator import ErrorCode, RunEnd, Translation, Translator, TranslatorWarning
+from reasonwire.workers.core.translator import ErrorCode, RunEnd, Translation, Translator, TranslatorFactory, TranslatorWarning
 from reasonwire.workers.core.wire import event_json, record_json
-from reasonwire.workers.translators import implemented, translator_for
 
 
 _ENDED_MEMORY = 10_000
@@ -273,14 +272,26 @@ class Normalizer:
     that ends a run for any reason other than its own content is never journaled.
     """
 
-    def __init__(self, policies: PolicyBook | None = None, *, limits: OutputLimits | None = None) -> None:
+    def __init__(
+        self,
+        policies: PolicyBook | None = None,
+        *,
+        translators: TranslatorFactory,
+        limits: OutputLimits | None = None,
+        grammars: Iterable[Grammar | str] | None = None,
+    ) -> None:
         self.policies = policies or PolicyBook()
+        self._translator_for = translators
+        """Makes each run's translator (``reasonwire.workers.translators.translator_for``): handed
+        in, so the core never imports the translators built on it (issue 27)."""
         self.limits = limits or OutputLimits()
         """The broker's size limit per output topic (the worker sets them from the topics' configs)."""
         self._runs: dict[RunKey, _RunState] = {}
         self._ended: OrderedDict[RunKey, Ended] = OrderedDict()
         """Runs that ended here recently, and where, so late records are judged without a lookup."""
-        self._grammars = frozenset(g.value for g in implemented())
+        self._grammars = frozenset(Grammar(g).value for g in (Grammar if grammars is None else grammars))
+        """The grammars ``translators`` has a translator for (default: every grammar of the contract);
+        a record of another one is dead-lettered by :meth:`route`."""
         self._stepped: dict[int, int] = {}
         """Partition → offset of the last raw record routed (goes back after a rewind)."""
         self._replay: dict[int, int] = {}
@@ -674,7 +685,7 @@ class Normalizer:
 
     def _new_state(self, item: RunInput) -> _RunState:
         env = item.envelope
-        translator = translator_for(
+        translator = self._translator_for(
             Grammar(env.grammar),
             run_id=env.run_id,
             thread_id=env.thread_id,
