@@ -246,7 +246,7 @@ class Translator:
             except (ProviderGrammarError, DisciplineViolation) as exc:
                 reason = exc.reason if isinstance(exc, ProviderGrammarError) else f"stream discipline: {exc}"
                 return self._reject(f"{event_type}: {reason}" if not reason.startswith(event_type) else reason)
-            if at_ms is not None:
+            if at_ms is not None and (self.time_to_first_reasoning_ms is None or self.time_to_first_text_ms is None):
                 self._note_timing(at_ms)
             return self._collect()
         except Exception as exc:  # noqa: BLE001 - the safety net: a bug must not poison the partition
