@@ -20,12 +20,21 @@ Telemetry as shipped (no exporter), or ``--sampled`` (console exporters into
 ``/dev/null``, 1 % of runs traced), or ``--off``. Each figure is the median of
 ``--runs`` passes over the same records, after one warm-up pass, in µs per raw
 record (``time.process_time``: CPU of this process only).
+
+The garbage collector (``--gc``): ``worker`` (default) as the worker sets it at start-up
+(``tune_gc``: everything alive frozen, young collections every 2 000 allocations); ``paused``
+the same, with each poll stepped, stored and batched inside
+``reasonwire.workers.gc_pause.collection_paused`` (the collection that comes due runs after the
+handoff, counted in ``commit``); ``default`` CPython's settings; ``off`` none. Every phase
+includes the collections that ran in it; ``gc`` is their total, and the last figure how many
+started while a poll was being stepped, stored or batched (per poll).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import statistics
 import sys
@@ -34,6 +43,7 @@ from collections.abc import Sequence
 from typing import Any
 
 PHASES = ("core", "register", "store", "publish", "commit")
+GC_MODES = ("worker", "paused", "default", "off")
 
 
 def _configure(mode: str) -> None:
@@ -47,39 +57,52 @@ def _configure(mode: str) -> None:
         os.environ["OTEL_TRACES_SAMPLER_ARG"] = "0.01"
 
 
-def measure(n_records: int, mode: str, runs: int, batch: int) -> dict[str, float]:
-    """µs per raw record per phase (median of ``runs`` passes) and their sum."""
+def measure(n_records: int, mode: str, runs: int, batch: int, collector: str = "worker") -> dict[str, float]:
+    """µs per raw record per phase (median of ``runs`` passes) and their sum; ``collector``: ``GC_MODES``."""
     from aiokafka.partitioner import DefaultPartitioner
     from aiokafka.producer.message_accumulator import BatchBuilder
     from redis.asyncio import Redis
 
     from bench import e2e
     from reasonwire.workers.core.normalizer import DeadLetter, Normalizer, RawRecord, Step
-    from reasonwire.workers.redis_script import WRITE_OPS, ServerScript, write_call
-    from reasonwire.workers.store import EPOCH_KEY, ArtefactStore
+    from reasonwire.workers.gc_pause import collection_paused
+    from reasonwire.workers.redis_script import WRITE_OPS, ServerScript
+    from reasonwire.workers.store import ArtefactStore
     from reasonwire.workers.telemetry import setup_telemetry
     from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
-    from reasonwire.workers.translators import implemented
+    from reasonwire.workers.translators import implemented, translator_for
 
     grammars = [g.value for g in implemented()]
     traffic = e2e.traffic(grammars, n_records, seed=12, tag="inproc").records
     records = [RawRecord(r.key, r.value, r.headers, i % e2e.PARTITIONS, i, int(time.time() * 1000)) for i, r in enumerate(traffic)]
     store = ArtefactStore(Redis(), artefact_ttl_s=900, journal_ttl_s=900)
-    captured: list[Any] = []
-
-    async def capture(ops: list[Any], *, wait: bool) -> None:
-        captured.append(ops)
-
-    store._write = capture  # type: ignore[method-assign]  # the commands, not the round trip
     script, partitioner = ServerScript(store.redis, WRITE_OPS), DefaultPartitioner()
+
+    async def send(keys: Sequence[Any], args: Sequence[Any]) -> list[int]:
+        script.pack(keys, args)  # the bytes the connection would send
+        return [1, 0]  # written; the store's write count
+
+    store._writes = send  # type: ignore[assignment]  # the script call's RESP bytes, not the round trip
     partitions = list(range(e2e.PARTITIONS))
     telemetry = None if mode == "off" else NormalizerTelemetry(setup_telemetry(), group_id="inproc", metric_flush_s=1.0)
 
+    where = ["warm-up"]
+    collections: dict[str, list[float]] = {}
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.setdefault(where[0], []).append(-time.process_time())
+        elif collections.get(where[0]):
+            collections[where[0]][-1] += time.process_time()
+
     def one_pass(totals: dict[str, float]) -> None:
-        normalizer = Normalizer()
+        normalizer = Normalizer(translators=translator_for)
         clock = time.process_time
         for lo in range(0, len(records), batch):
             poll = records[lo : lo + batch]
+            paused = collection_paused() if collector == "paused" else contextlib.nullcontext()
+            paused.__enter__()
+            where[0] = "core"
             t0 = clock()
             trace = telemetry.batch(poll).__enter__() if telemetry else None
             steps: list[Step] = []
@@ -92,14 +115,16 @@ def measure(n_records: int, mode: str, runs: int, batch: int) -> dict[str, float
                     normalizer.restore(item, [], ended=False)
                 steps.append(normalizer.accept(item))
             t1 = clock()
+            where[0] = "after"
             if trace is not None:
                 trace.stepped(steps)
             t2 = clock()
             _run_to_end(store.apply(steps))
-            script.pack(*write_call(captured.pop(), EPOCH_KEY, "0123456789abcdef"))
             t3 = clock()
             _batches(steps, BatchBuilder, partitioner, partitions)
             t4 = clock()
+            where[0] = "handoff"  # what comes due in the pause starts as it ends
+            paused.__exit__(None, None, None)
             if trace is not None:
                 trace.acknowledged()
                 trace.__exit__(None, None, None)
@@ -108,17 +133,37 @@ def measure(n_records: int, mode: str, runs: int, batch: int) -> dict[str, float
                 totals[phase] += spent
 
     one_pass(dict.fromkeys(PHASES, 0.0))  # warm-up: lazy imports, first runs of each grammar
-    samples: dict[str, list[float]] = {p: [] for p in PHASES}
-    for _ in range(runs):
-        totals = dict.fromkeys(PHASES, 0.0)
-        one_pass(totals)
-        for phase, spent in totals.items():
-            samples[phase].append(1e6 * spent / len(records))
+    _collector(collector)
+    gc.callbacks.append(note)
+    samples: dict[str, list[float]] = {p: [] for p in (*PHASES, "gc", "in-poll")}
+    try:
+        for _ in range(runs):
+            totals = dict.fromkeys(PHASES, 0.0)
+            collections.clear()
+            one_pass(totals)
+            for phase, spent in totals.items():
+                samples[phase].append(1e6 * spent / len(records))
+            samples["gc"].append(1e6 * sum(sum(c) for c in collections.values()) / len(records))
+            during = len(collections.get("core", ())) + len(collections.get("after", ()))
+            samples["in-poll"].append(during / -(-len(records) // batch))
+    finally:
+        gc.callbacks.remove(note)
+        gc.enable()
     out = {phase: statistics.median(values) for phase, values in samples.items()}
     out["total"] = sum(out[p] for p in PHASES)
     if telemetry is not None:
         telemetry.shutdown()
     return out
+
+
+def _collector(collector: str) -> None:
+    """The garbage collector as ``--gc`` says (``GC_MODES``)."""
+    if collector in ("worker", "paused"):
+        from reasonwire.workers.normalize import tune_gc
+
+        tune_gc()
+    elif collector == "off":
+        gc.disable()
 
 
 def _run_to_end(coroutine: Any) -> Any:
@@ -156,6 +201,7 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--batch", type=int, default=200, help="records per poll (RW_MAX_BATCH)")
+    parser.add_argument("--gc", choices=GC_MODES, default="worker", help="the garbage collector's settings (see above)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--sampled", action="store_const", const="sampled", dest="mode", help="exporters on, 1 %% of runs traced")
     mode.add_argument("--off", action="store_const", const="off", dest="mode", help="no telemetry at all")
@@ -163,9 +209,9 @@ def main() -> int:
     chosen = args.mode or "shipped"
     _configure(chosen)
     with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):  # the console exporters
-        figures = measure(args.records, chosen, args.runs, args.batch)
-    print(f"telemetry {chosen}, {args.records} records, polls of {args.batch}, median of {args.runs} passes, µs of CPU per raw record:")
-    print("  " + ", ".join(f"{phase} {figures[phase]:.1f}" for phase in (*PHASES, "total")))
+        figures = measure(args.records, chosen, args.runs, args.batch, args.gc)
+    print(f"telemetry {chosen}, gc {args.gc}, {args.records} records, polls of {args.batch}, median of {args.runs} passes, µs of CPU per raw record:")
+    print("  " + ", ".join(f"{phase} {figures[phase]:.1f}" for phase in (*PHASES, "total", "gc")) + f", collections per poll while it was stepped, stored or batched {figures['in-poll']:.2f}")
     return 0
 
 

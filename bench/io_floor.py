@@ -64,8 +64,9 @@ def prepare(records: list[tuple[bytes | None, bytes | None, list[Any]]], journal
     from reasonwire.contracts.store import artefact_key, artefact_slot, ended_key, journal_key, thread_index_key, thread_runs_key
     from reasonwire.workers.core.normalizer import DeadLetter, Normalizer, RawRecord
     from reasonwire.workers.core.wire import record_json
+    from reasonwire.workers.translators import translator_for
 
-    normalizer = Normalizer()
+    normalizer = Normalizer(translators=translator_for)
     table: dict[tuple[bytes | None, bytes | None], Prepared] = {}
     for offset, (key, value, headers) in enumerate(records):
         routed = normalizer.route(RawRecord(key, value, tuple(headers), 0, offset))

@@ -30,6 +30,7 @@ import orjson
 from bench.streams import Segment, _set, templates
 from reasonwire.workers.core.normalizer import Normalizer, RawRecord
 from reasonwire.workers.ingress import RunEnvelope
+from reasonwire.workers.translators import translator_for
 
 
 def _records(grammar: str, run_id: str, lines: Iterable[bytes], start_seq: int = 0) -> Iterable[RawRecord]:
@@ -58,7 +59,7 @@ def open_runs(grammar: str, n: int = 2000) -> dict[str, Any]:
     half = _half_run(grammar)
     gc.collect()
     tracemalloc.start()
-    normalizer = Normalizer()
+    normalizer = Normalizer(translators=translator_for)
     gc.collect()
     before = tracemalloc.get_traced_memory()[0]
     for i in range(n):
@@ -75,7 +76,7 @@ def rss_curve(grammar: str, counts: tuple[int, ...] = (0, 1000, 4000)) -> list[d
 
     proc = psutil.Process()
     half = _half_run(grammar)
-    normalizer = Normalizer()
+    normalizer = Normalizer(translators=translator_for)
     gc.collect()
     base = proc.memory_info().rss
     out, fed = [], 0
@@ -117,7 +118,7 @@ def run_length(grammar: str, kind: str, k1: int = 1000, k2: int = 10000) -> dict
         _set(obj, seg.delta.path, piece)  # type: ignore[union-attr]
         return orjson.dumps(obj)
 
-    normalizer = Normalizer()
+    normalizer = Normalizer(translators=translator_for)
     run_id = f"long-{grammar}-{kind}"
     gc.collect()
     tracemalloc.start()

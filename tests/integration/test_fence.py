@@ -38,6 +38,7 @@ from reasonwire.workers.settings import WorkerSettings
 from reasonwire.workers.sse import read_events
 from reasonwire.workers.store import EPOCH_KEY, ArtefactStore, StoreLost
 from reasonwire.workers.telemetry import setup_telemetry
+from reasonwire.workers.translators import translator_for
 from tests.conformance.oracle import LOCAL_FIXTURES, translate_file
 from tests.integration.conftest import Collector, fresh_store_epoch, send
 from tests.integration.gateway_support import free_port
@@ -184,7 +185,7 @@ async def test_a_stale_copy_cannot_end_a_run_its_new_partition_finished_issue24_
     a_store, b_store = (ArtefactStore(redis, artefact_ttl_s=60, journal_ttl_s=60) for _ in range(2))
     await a_store.claim_epoch(lost=False)
     await b_store.claim_epoch(lost=False)
-    a, b = Normalizer(), Normalizer()
+    a, b = Normalizer(translators=translator_for), Normalizer(translators=translator_for)
     a.token, b.token = "a", "b"
     half = len(records) // 2
     await _step_and_store(a, a_store, _raw(run, records[:half], 0, 100))
@@ -210,7 +211,7 @@ async def test_a_zombie_write_is_refused_and_a_redo_from_the_journal_agrees_issu
     a_store, b_store = (ArtefactStore(redis, artefact_ttl_s=60, journal_ttl_s=60) for _ in range(2))
     await a_store.claim_epoch(lost=False)
     await b_store.claim_epoch(lost=False)
-    a, b = Normalizer(), Normalizer()
+    a, b = Normalizer(translators=translator_for), Normalizer(translators=translator_for)
     a.token, b.token = "a", "b"
     first = _raw(run, records[:3], 0, 0)
     await _step_and_store(a, a_store, first)
@@ -220,7 +221,7 @@ async def test_a_zombie_write_is_refused_and_a_redo_from_the_journal_agrees_issu
         await a_store.apply(stale)
     a.forget_runs([stale[0].run])  # what the worker's rewind does
     redone = await _step_and_store(a, a_store, _raw(run, records[5:7], 0, 5))
-    reference = Normalizer()
+    reference = Normalizer(translators=translator_for)
     ref_steps = [reference.accept(item) for item in (reference.route(r) for r in _raw(run, records[:7], 0, 0)) if isinstance(item, RunInput)]
     assert [o for s in redone for o in s.outbound] == [o for s in ref_steps[5:7] for o in s.outbound]
     await redis.delete(journal_key(run.tenant, run.run_id), ended_key(run.tenant, run.run_id))
@@ -295,7 +296,7 @@ async def test_the_write_count_is_checked_by_every_read_and_write_issue24_item4(
     store = ArtefactStore(redis, artefact_ttl_s=60, journal_ttl_s=60)
     old = await store.claim_epoch(lost=False)
     [(run, records)] = _runs("count", 1)
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     await _step_and_store(n, store, _raw(run, records[:2], 0, 0))
     copy = await _dump(redis, [EPOCH_KEY])
     await _step_and_store(n, store, _raw(run, records[2:4], 0, 2))

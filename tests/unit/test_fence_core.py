@@ -19,6 +19,7 @@ from reasonwire.workers.sse import read_events
 from reasonwire.workers.store import ArtefactStore
 from reasonwire.workers.telemetry import setup_telemetry
 from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
+from reasonwire.workers.translators import translator_for
 from tests.conformance.oracle import LOCAL_FIXTURES
 
 FIXTURE = LOCAL_FIXTURES / "openai-responses" / "c_interleaved_reasoning_tool_calls.jsonl"
@@ -63,7 +64,7 @@ def test_stream_time_grows_only_between_two_fresh_caught_up_confirmations_issue2
 
 
 def test_a_lagging_or_paused_partition_never_expires_a_run_issue24_item1() -> None:
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     n.clock.step = 1.0
     _accept_all(n, _records()[:4])
     for t in range(100, 200):  # a hundred ticks, records always waiting (a backlog, or fetches not answered)
@@ -79,7 +80,7 @@ def test_a_lagging_or_paused_partition_never_expires_a_run_issue24_item1() -> No
 
 
 def test_every_write_for_a_run_carries_the_head_it_expects_and_the_one_it_sets_issue24_item2() -> None:
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     n.token = "a"
     steps = _accept_all(n, _records())
     fenced = [s.fence for s in steps if s.fence is not None]
@@ -97,9 +98,9 @@ def test_the_fence_rule_issue24_item2() -> None:
 
 def test_a_restore_reads_the_head_and_a_moved_run_is_dropped_issue24_item2() -> None:
     records = _records()
-    first = Normalizer()
+    first = Normalizer(translators=translator_for)
     journal = [s.journal_append for s in _accept_all(first, records[:3]) if s.journal_append is not None]
-    second = Normalizer()
+    second = Normalizer(translators=translator_for)
     second.token = "b"
     [step] = _accept_all(second, records[3:4], journal=[*journal, JournalEntry(core.HEAD_SEQ, b"3.w")])
     assert step.fence == ("3.w", "4.b")
@@ -113,13 +114,13 @@ def test_a_gap_decision_is_journaled_and_a_later_owner_ends_the_run_the_same_way
     restores the run afterwards — even for rw-seq 3 — ends it with the same events, never
     translates rw-seq 3 under the number the ``RUN_ERROR`` took."""
     records = _records()
-    a = Normalizer()
+    a = Normalizer(translators=translator_for)
     journal = [s.journal_append for s in _accept_all(a, records[:3]) if s.journal_append is not None]
-    b = Normalizer()
+    b = Normalizer(translators=translator_for)
     [gap] = _accept_all(b, [records[5]._replace(partition=7, offset=50)], journal=list(journal))
     assert gap.run_ended and gap.journal_append is not None and gap.journal_append.seq == core.GAP_SEQ
     error = [o for o in gap.outbound if o.topic == "reasoning.events.v1"]
-    c = Normalizer()
+    c = Normalizer(translators=translator_for)
     [again] = _accept_all(c, [records[3]], journal=[*journal, gap.journal_append])
     assert again.run_ended and [o for o in again.outbound if o.topic == "reasoning.events.v1"] == error
     assert again.dead_letter == "run_ended"
@@ -142,8 +143,8 @@ def test_the_witness_counts_per_epoch_and_rides_in_the_commit_metadata_issue24_i
 
 def test_a_run_restored_in_a_loss_window_is_refused_on_a_gap_not_renumbered_issue24_item4() -> None:
     records = _records()
-    journal = [s.journal_append for s in _accept_all(Normalizer(), records[:1]) if s.journal_append is not None]
-    n = Normalizer()
+    journal = [s.journal_append for s in _accept_all(Normalizer(translators=translator_for), records[:1]) if s.journal_append is not None]
+    n = Normalizer(translators=translator_for)
     item = n.route(records[0])
     assert isinstance(item, RunInput)
     n.restore(item, journal, ended=False, doubtful=True)  # a copy of rw-seq 0 after the store lost the rest
@@ -159,12 +160,12 @@ def test_a_run_restored_in_a_loss_window_is_refused_on_a_gap_not_renumbered_issu
 
 def test_an_identical_copy_after_the_end_is_a_duplicate_and_the_marker_says_so_issue24() -> None:
     records = _records()
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     steps = _accept_all(n, records)
     end = next(s for s in steps if s.run_ended)
     copy = records[-3]._replace(offset=999)  # the producer's retry, after the run's end
     assert n.accept(n.route(copy)).skipped  # type: ignore[arg-type]
-    other = Normalizer()  # a worker that knows the end only from the store's marker
+    other = Normalizer(translators=translator_for)  # a worker that knows the end only from the store's marker
     item = other.route(copy)
     assert isinstance(item, RunInput)
     other.restore(item, [], ended=end.ended_marker)

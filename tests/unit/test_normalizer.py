@@ -11,6 +11,7 @@ from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream
 from reasonwire.workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, Step, dead_letter
 from reasonwire.workers.ingress import RunEnvelope, raw_records
 from reasonwire.workers.sse import read_events
+from reasonwire.workers.translators import translator_for
 
 FIXTURE = LOCAL_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl"
 RUN = RunEnvelope("anthropic-messages", "run-1", "thread-1", tenant="acme", model="claude-sonnet-4-5")
@@ -40,7 +41,7 @@ def _events(steps: list[Step]) -> list[tuple[int, dict]]:
 
 
 def test_a_run_flows_to_events_artefacts_and_usage() -> None:
-    steps = _run_all(Normalizer(), _records())
+    steps = _run_all(Normalizer(translators=translator_for), _records())
     events = _events(steps)
     assert [seq for seq, _ in events] == list(range(len(events)))  # deterministic event identity
     assert_valid_stream([e for _, e in events])
@@ -56,7 +57,7 @@ def test_a_run_flows_to_events_artefacts_and_usage() -> None:
 
 
 def test_bad_headers_are_dead_lettered_with_their_bytes_and_reason() -> None:
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     good = _records()[0]
     cases = {
         "missing header rw-run-id": tuple(h for h in good.headers if h[0] != "rw-run-id"),
@@ -78,7 +79,7 @@ def test_a_dead_letter_keeps_every_original_header_byte_for_byte() -> None:
         ("rw-dlq-reason", b"forged by the producer"),
     )
     record = RawRecord(good.key, good.value, tuple(h for h in good.headers if h[0] != "rw-provider") + foreign)
-    routed = Normalizer().route(record)
+    routed = Normalizer(translators=translator_for).route(record)
     assert isinstance(routed, DeadLetter)
     out = dead_letter(routed)
     assert out.topic == topics.DLQ and out.value == good.value and out.key == good.key
@@ -91,14 +92,14 @@ def test_a_dead_letter_keeps_every_original_header_byte_for_byte() -> None:
 def test_a_valueless_header_is_read_as_absent() -> None:
     good = _records()[0]
     record = RawRecord(good.key, good.value, (*good.headers, ("rw-model", None), ("x-valueless", None)))
-    routed = Normalizer().route(record)
+    routed = Normalizer(translators=translator_for).route(record)
     assert isinstance(routed, RunInput) and routed.envelope.model is None
 
 
 def test_malformed_event_ends_the_run_and_is_dead_lettered_R7() -> None:
     records = _records()
     records[3] = RawRecord(records[3].key, b"{broken", records[3].headers)
-    steps = _run_all(Normalizer(), records[:4])
+    steps = _run_all(Normalizer(translators=translator_for), records[:4])
     [dlq] = [o for o in steps[3].outbound if o.topic == topics.DLQ]
     assert dlq.value == b"{broken" and "line 4" in (dlq.header("rw-dlq-reason") or "")
     assert dlq.header("rw-run-id") == "run-1"
@@ -107,7 +108,7 @@ def test_malformed_event_ends_the_run_and_is_dead_lettered_R7() -> None:
 
 
 def test_duplicates_are_skipped_and_ended_runs_stay_ended() -> None:
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     records = _records()
     _run_all(n, records[:3])
     again = n.accept(n.route(records[1]))  # type: ignore[arg-type]
@@ -119,11 +120,11 @@ def test_duplicates_are_skipped_and_ended_runs_stay_ended() -> None:
 
 def test_a_new_owner_resumes_from_the_journal_with_the_same_event_numbers() -> None:
     records = _records()
-    whole = _events(_run_all(Normalizer(), records))
-    first = Normalizer()
+    whole = _events(_run_all(Normalizer(translators=translator_for), records))
+    first = Normalizer(translators=translator_for)
     first_steps = _run_all(first, records[:7])
     journal = [s.journal_append for s in first_steps if s.journal_append is not None]
-    second = Normalizer()  # another worker: the partition moved, or the first one was killed
+    second = Normalizer(translators=translator_for)  # another worker: the partition moved, or the first one was killed
     item = second.route(records[7])
     assert isinstance(item, RunInput) and second.needs_restore(item)
     second.restore(item, journal, ended=False)
@@ -134,10 +135,10 @@ def test_a_new_owner_resumes_from_the_journal_with_the_same_event_numbers() -> N
 def test_redelivered_record_after_a_crash_is_reprocessed_from_the_journal() -> None:
     """Crash after the Redis write, before the commit: the journal already holds the record."""
     records = _records()
-    whole = _events(_run_all(Normalizer(), records))
-    first_steps = _run_all(Normalizer(), records[:5])
+    whole = _events(_run_all(Normalizer(translators=translator_for), records))
+    first_steps = _run_all(Normalizer(translators=translator_for), records[:5])
     journal = [s.journal_append for s in first_steps if s.journal_append is not None]
-    second = Normalizer()
+    second = Normalizer(translators=translator_for)
     item = second.route(records[4])
     second.restore(item, journal, ended=False)  # type: ignore[arg-type]
     replayed = [second.accept(item)] + _run_all(second, records[5:])  # type: ignore[arg-type]
@@ -147,7 +148,7 @@ def test_redelivered_record_after_a_crash_is_reprocessed_from_the_journal() -> N
 def test_a_held_run_is_never_restored_over_the_state_it_has_issue13() -> None:
     """The old rule restored a held run from the journal whenever a record skipped ahead; with
     the poll's own writes not yet in the store that rebuilt the run from nothing (finding 2)."""
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     records = _records()
     _run_all(n, records[:3])
     later = n.route(records[6])
@@ -156,7 +157,7 @@ def test_a_held_run_is_never_restored_over_the_state_it_has_issue13() -> None:
 
 def test_silent_ingress_closes_the_run_as_interrupted() -> None:
     """Silence is stream time (issue 24 item 1): confirmed caught-up time on the run's partition."""
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     n.clock.step = 1.0
     records = _records(end=None)
     _run_all(n, records[:5])
@@ -172,7 +173,7 @@ def test_silent_ingress_closes_the_run_as_interrupted() -> None:
 
 
 def test_abort_control_record_interrupts_the_run() -> None:
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     records = _records(end=None)
     abort = RawRecord(records[0].key, None, tuple(RUN.headers(5, control=Control.ABORT)))
     steps = _run_all(n, records[:5] + [abort])
@@ -182,13 +183,13 @@ def test_abort_control_record_interrupts_the_run() -> None:
 
 
 def test_partition_handover_forgets_runs() -> None:
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     _run_all(n, _records(end=None)[:3])
     assert n.forget_partitions([0]) == 1 and n.open_runs == 0
 
 
 def test_journal_entries_keep_bytes_exact_R3() -> None:
     records = _records()
-    steps = _run_all(Normalizer(), records[:6])
+    steps = _run_all(Normalizer(translators=translator_for), records[:6])
     assert [s.journal_append.value for s in steps if s.journal_append] == [r.value for r in records[:6]]
     assert isinstance(steps[0].journal_append, JournalEntry)

@@ -18,6 +18,7 @@ from reasonwire.workers.core.delivery import DeadLetterCode, OutputLimits, fit_d
 from reasonwire.workers.core.normalizer import DeadLetter, Ended, JournalEntry, Normalizer, RawRecord, RunInput, Step
 from reasonwire.workers.ingress import RunEnvelope, raw_records
 from reasonwire.workers.sse import read_events
+from reasonwire.workers.translators import translator_for
 
 FIXTURE = LOCAL_FIXTURES / "openai-responses" / "c_interleaved_reasoning_tool_calls.jsonl"
 RUN = RunEnvelope("openai-responses", "run-a", "thread-a", tenant="acme")
@@ -55,9 +56,9 @@ def _dead(steps: list[Step]) -> list[tuple[str | None, bytes | None]]:
 
 def test_a_gap_ends_the_run_sequence_gap_right_after_the_accepted_events_issue13() -> None:
     records = _records()
-    whole = _events(_feed(Normalizer(), records))
+    whole = _events(_feed(Normalizer(translators=translator_for), records))
     k = 6
-    steps = _feed(Normalizer(), records[:k] + records[k + 1 :])
+    steps = _feed(Normalizer(translators=translator_for), records[:k] + records[k + 1 :])
     events = _events(steps)
     before = [e for e in whole if e[0] < len(events) - 1]
     assert events[:-1] == before  # the numbers the accepted input gave, unchanged
@@ -75,7 +76,7 @@ def test_a_bad_record_in_a_burst_does_not_restart_the_run_from_an_empty_journal_
     after a dead-lettered one arrives; an empty journal must not rebuild the run from nothing."""
     records = _records()
     bad = RawRecord(records[4].key, records[4].value, tuple(h for h in records[4].headers if h[0] != "rw-provider"), 0, 4)
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     steps = _feed(n, records[:4] + [bad] + records[5:8], journal=None)
     starts = [seq for seq, e in _events(steps) if e["type"] == "RUN_STARTED"]
     assert starts == [0]
@@ -83,7 +84,7 @@ def test_a_bad_record_in_a_burst_does_not_restart_the_run_from_an_empty_journal_
 
 
 def test_an_end_record_for_an_unknown_run_is_dead_lettered_not_a_phantom_issue13_finding6() -> None:
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     for seq, control in ((0, Control.END), (5, Control.END), (2, Control.ABORT)):
         record = RawRecord(b"ghost", None, tuple(RunEnvelope("openai-responses", "ghost", "t").headers(seq, control=control)))
         [step] = _feed(n, [record])
@@ -93,7 +94,7 @@ def test_an_end_record_for_an_unknown_run_is_dead_lettered_not_a_phantom_issue13
 
 def test_duplicates_identical_are_counted_conflicting_are_dead_lettered_issue13() -> None:
     records = _records()
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     _feed(n, records[:6])
     [same] = _feed(n, [records[3]])
     assert same.skipped and not same.outbound
@@ -109,18 +110,18 @@ def test_a_conflicting_record_redelivered_after_a_crash_is_still_a_conflict_issu
     under that number is dead-lettered — not translated as new input over used numbers."""
     records = _records()
     journal: dict[int, JournalEntry] = {}
-    _feed(Normalizer(), records[:8], journal)
+    _feed(Normalizer(translators=translator_for), records[:8], journal)
     conflict = RawRecord(records[5].key, b'{"type":"other"}', records[5].headers, 0, 50)
-    n = Normalizer()  # after a crash
+    n = Normalizer(translators=translator_for)  # after a crash
     steps = _feed(n, [conflict, *records[8:]], journal)
     assert _dead(steps)[0] == ("duplicate_conflict", b'{"type":"other"}')
-    whole = _events(_feed(Normalizer(), records))
+    whole = _events(_feed(Normalizer(translators=translator_for), records))
     assert _events(steps[1:]) == [e for e in whole if e[0] >= whole.index(_events(steps[1:])[0])]
 
 
 def test_records_after_the_end_are_dead_lettered_redeliveries_counted_issue13() -> None:
     records = _records()
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     steps = _feed(n, records)
     ended = next(s for s in steps if s.run_ended)
     assert ended.ended_at == (0, len(records) - 2)  # response.completed, before the ingress's end record
@@ -136,7 +137,7 @@ def test_the_ended_marker_keeps_where_the_run_ended_issue13() -> None:
     assert Ended.parse(Ended(3, 41).marker()) == Ended(3, 41)
     assert Ended.parse(b"1") == Ended()  # a marker from before: ended, position unknown
     assert Ended.parse(False) is None and Ended.parse(None) is None
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     records = _records()
     item = n.route(records[2])
     assert isinstance(item, RunInput)
@@ -146,19 +147,16 @@ def test_the_ended_marker_keeps_where_the_run_ended_issue13() -> None:
     assert isinstance(late, RunInput) and _dead([n.accept(late)]) == [("run_ended", records[2].value)]
 
 
-def test_an_exception_in_the_translator_fails_its_run_only_issue18(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = core.translator_for
-
+def test_an_exception_in_the_translator_fails_its_run_only_issue18() -> None:
     def exploding(*args: Any, **kwargs: Any) -> Any:
-        translator = real(*args, **kwargs)
+        translator = translator_for(*args, **kwargs)
         feed = translator.feed
         translator.feed = lambda raw, **kw: (_ for _ in ()).throw(RecursionError("secret")) if b"BOOM" in raw else feed(raw, **kw)
         return translator
 
-    monkeypatch.setattr(core, "translator_for", exploding)
     victim, other = _records(), _records(RunEnvelope("openai-responses", "run-b", "thread-b"))
     victim[5] = RawRecord(victim[5].key, b'{"BOOM":1}', victim[5].headers, 0, 5)
-    n = Normalizer()
+    n = Normalizer(translators=exploding)
     steps = _feed(n, [x for pair in zip(victim, other, strict=True) for x in pair])
     mine = [s for s in steps if s.run and s.run.run_id == "run-a"]
     events = _events(mine)
@@ -178,7 +176,7 @@ def test_an_output_too_large_for_its_topic_ends_the_run_too_large_issue13_findin
     event = json.loads(records[k].value or b"")
     event["delta"] = "z" * 5000
     records[k] = RawRecord(records[k].key, json.dumps(event).encode(), records[k].headers, 0, k)
-    n = Normalizer(limits=OutputLimits(per_topic={topics.EVENTS: 4000, topics.DLQ: 4000}))
+    n = Normalizer(translators=translator_for, limits=OutputLimits(per_topic={topics.EVENTS: 4000, topics.DLQ: 4000}))
     steps = _feed(n, records)
     events = _events(steps)
     assert events[-1][1]["code"] == "too_large" and len(events) == len(_events(steps[:k])) + 1
@@ -205,10 +203,10 @@ def test_a_dead_letter_too_large_for_the_dlq_is_cut_with_its_size_and_sha256_iss
 
 def test_route_never_raises_issue13_finding1() -> None:
     weird = RawRecord(b"k", b"v", (("rw-run-id", b"\xff"), ("rw-provider", None), ("x", b"\x00")))
-    routed = Normalizer().route(weird)
+    routed = Normalizer(translators=translator_for).route(weird)
     assert isinstance(routed, DeadLetter) and routed.code is DeadLetterCode.INVALID_ENVELOPE
     broken = RawRecord(b"k", b"v", object())  # type: ignore[arg-type]  # not even a header list
-    routed = Normalizer().route(broken)
+    routed = Normalizer(translators=translator_for).route(broken)
     assert isinstance(routed, DeadLetter) and routed.code is DeadLetterCode.UNREADABLE
 
 
@@ -218,14 +216,14 @@ def test_a_timeout_is_journaled_so_a_restart_never_numbers_a_late_record_over_it
     dead-letters the late record — it used to translate it into the number RUN_ERROR had."""
     records = _records()
     journal: dict[int, JournalEntry] = {}
-    first = Normalizer()
+    first = Normalizer(translators=translator_for)
     before = _feed(first, records[:7], journal)
     [expired] = first.expire(now=10_000.0, timeout_s=300)
     assert expired.journal_append is not None and expired.journal_append.seq == core.EXPIRED_SEQ
     journal[expired.journal_append.seq] = expired.journal_append  # the poll's transaction, before the send
     published = _events(before + [expired])
     assert published[-1][1]["code"] == "inactivity_timeout"
-    second = Normalizer()  # crash before close_runs: no ended marker, the journal is still there
+    second = Normalizer(translators=translator_for)  # crash before close_runs: no ended marker, the journal is still there
     late = RawRecord(records[7].key, records[7].value, records[7].headers, 0, 7)
     [step] = _feed(second, [late], journal)
     assert _events([step]) == published[-len(_events([expired])):]  # the same RUN_ERROR, same number
@@ -239,7 +237,7 @@ def test_no_timeout_is_judged_while_records_that_may_be_published_are_redone_iss
     the log end) may have been published already: a timeout between two of them would number its
     RUN_ERROR over the later one's event. The core waits until it is past them."""
     records = _records()
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     _feed(n, records[:8])
     n.forget_partitions([0])  # a rewind to offset 3
     _feed(n, [records[0]])
@@ -249,7 +247,7 @@ def test_no_timeout_is_judged_while_records_that_may_be_published_are_redone_iss
     assert n.replaying(0) and n.expire(now=10_000.0, timeout_s=1) == []
     _feed(n, records[4:8])
     assert not n.replaying(0) and len(n.expire(now=10_000.0, timeout_s=1)) == 1
-    fresh = Normalizer()
+    fresh = Normalizer(translators=translator_for)
     fresh.replay_until(0, 20)  # the log end when this worker first fetched the partition
     _feed(fresh, records[:5])
     assert fresh.replaying(0) and fresh.expire(now=10_000.0, timeout_s=1) == []
@@ -258,7 +256,7 @@ def test_no_timeout_is_judged_while_records_that_may_be_published_are_redone_iss
 def test_a_unicode_digit_seq_is_an_invalid_envelope_not_an_exception_issue13() -> None:
     record = _records()[1]
     headers = tuple((k, "²".encode() if k == "rw-seq" else v) for k, v in record.headers)
-    routed = Normalizer().route(RawRecord(record.key, record.value, headers, 0, 1))
+    routed = Normalizer(translators=translator_for).route(RawRecord(record.key, record.value, headers, 0, 1))
     assert isinstance(routed, DeadLetter) and routed.code is DeadLetterCode.INVALID_ENVELOPE
 
 
@@ -267,7 +265,7 @@ def test_a_usage_record_that_cannot_be_serialized_costs_the_usage_not_the_run_is
         raise TypeError("max depth")
 
     monkeypatch.setattr(core, "record_json", refuse)
-    steps = _feed(Normalizer(), _records())
+    steps = _feed(Normalizer(translators=translator_for), _records())
     events = _events(steps)
     assert events[-1][1]["type"] == "RUN_FINISHED"  # the run's own events are fine
     assert not [o for s in steps for o in s.outbound if o.topic == topics.USAGE]

@@ -17,7 +17,7 @@ from reasonwire.workers.core.audience import AudienceFilter
 from reasonwire.workers.core.normalizer import Normalizer, RawRecord, RunInput
 from reasonwire.workers.ingress import RunEnvelope, raw_records
 from reasonwire.workers.sse import read_events
-from reasonwire.workers.translators import implemented
+from reasonwire.workers.translators import implemented, translator_for
 
 FIXTURES = [p for p in fixture_paths() if Grammar(p.parent.name) in implemented()]
 
@@ -95,7 +95,7 @@ def test_every_visibility_keeps_the_stream_valid_R1_R2(visibility: ReasoningVisi
 def test_normalizer_publishes_full_and_public_streams_with_their_own_numbering() -> None:
     path = next(p for p in FIXTURES if p.parent.name == "openai-responses" and p.stem.startswith("a_"))
     run = RunEnvelope("openai-responses", "run-p", "thread-p")
-    n = Normalizer()
+    n = Normalizer(translators=translator_for)
     outbound = []
     with path.open() as f:
         for r in raw_records(run, read_events(f)):
@@ -113,7 +113,7 @@ def test_normalizer_publishes_full_and_public_streams_with_their_own_numbering()
 def test_tenant_that_keeps_no_opaque_state_stores_nothing() -> None:
     book = PolicyBook(tenants={"nostore": RetentionPolicy(opaque_state=StoreRule(store=False))})
     path = FIXTURES[0]
-    n = Normalizer(book)
+    n = Normalizer(book, translators=translator_for)
     run = RunEnvelope(path.parent.name, "run-n", "thread-n", tenant="nostore")
     with path.open() as f:
         steps = [n.accept(n.route(RawRecord(r.key, r.value, tuple(r.headers)))) for r in raw_records(run, read_events(f))]  # type: ignore[arg-type]

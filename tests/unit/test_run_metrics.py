@@ -10,12 +10,13 @@ import orjson
 
 from reasonwire.workers.core.normalizer import Normalizer
 from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
+from reasonwire.workers.translators import translator_for
 from tests.unit.test_telemetry import LOCAL_FIXTURES, _metric_points, _records, _steps, telemetry  # noqa: F401 (the fixture)
 
 
 def test_item6_an_ended_run_counts_its_outcome_tokens_by_type_and_first_reasoning_and_text_times(telemetry: Any) -> None:
     t, _, metrics = telemetry
-    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()
+    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(translators=translator_for), _records()
     with traces.batch(records) as trace:
         trace.stepped(_steps(normalizer, records))
     traces.flush_counts(now=float("inf"))
@@ -42,7 +43,7 @@ def test_item6_a_poll_that_failed_counts_no_run() -> None:
 
     reader = InMemoryMetricReader()
     t = setup_telemetry(metric_reader=reader, install_global=False, env={})
-    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()
+    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(translators=translator_for), _records()
     try:
         with traces.batch(records) as trace:
             trace.stepped(_steps(normalizer, records))

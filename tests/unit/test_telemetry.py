@@ -35,6 +35,7 @@ from reasonwire.workers.sse import read_events
 from reasonwire.workers.telemetry import Telemetry, setup_telemetry
 from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
 from reasonwire.workers.telemetry.registry import MIN_NEEDLE, REDACTED, RENDERINGS, SLICE, STRIDE, OpaqueRegistry
+from reasonwire.workers.translators import translator_for
 
 SIGNATURE = "EqQBCkYIBRgCKkBopaque+only/signatureAAAAbbbbCCCCddddEEEEffff0123456789+/=="
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -432,7 +433,7 @@ def _steps(normalizer: Normalizer, records: list[RawRecord]) -> list[Step]:
 
 def test_a_run_span_carries_genai_usage_and_latency_and_links_to_the_producer_P6(telemetry: Any) -> None:
     t, spans, metrics = telemetry
-    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()
+    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(translators=translator_for), _records()
     with traces.batch(records) as trace:
         trace.stepped(_steps(normalizer, records))
     finished = spans.get_finished_spans()
@@ -473,7 +474,7 @@ def test_a_run_span_carries_genai_usage_and_latency_and_links_to_the_producer_P6
 
 def test_unknown_events_and_dead_letters_are_counted_by_fixed_labels_P3_R7(telemetry: Any) -> None:
     t, _, metrics = telemetry
-    traces, normalizer = NormalizerTelemetry(t, group_id="g"), Normalizer()
+    traces, normalizer = NormalizerTelemetry(t, group_id="g"), Normalizer(translators=translator_for)
     records = _records("f_unknown_events.jsonl", RunEnvelope("anthropic-messages", "run-u", "thread-u"))
     bad = RawRecord(b"k", b"{}", (("rw-provider", b"smoke-signals"),), 0, 99)
     malformed = RunEnvelope("anthropic-messages", "run-m", "thread-m")
@@ -494,7 +495,7 @@ def test_unknown_events_and_dead_letters_are_counted_by_fixed_labels_P3_R7(telem
 
 def test_a_failed_batch_ends_its_spans_with_the_exception_type_only_and_counts_nothing_P8(telemetry: Any) -> None:
     t, spans, metrics = telemetry
-    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()
+    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(translators=translator_for), _records()
 
     class StoreOutage(Exception):
         pass
@@ -516,7 +517,7 @@ def test_a_failed_poll_of_a_record_of_no_run_held_leaves_no_run_span_open(teleme
     the ingress's ``end`` record after the provider's own end (judged as of no run held); the
     retry then put that record in the span, which nothing ever ended (until the worker stopped)."""
     t, spans, _ = telemetry
-    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()
+    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(translators=translator_for), _records()
     *stream, end = records
     with traces.batch(stream) as trace:
         trace.stepped(_steps(normalizer, stream))
@@ -538,7 +539,7 @@ def test_a_failed_poll_of_a_record_of_no_run_held_leaves_no_run_span_open(teleme
 
 def test_content_is_registered_before_the_store_can_quote_it_P8(telemetry: Any) -> None:
     t, _, _ = telemetry
-    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()
+    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(translators=translator_for), _records()
     with traces.batch(records) as trace:
         steps = _steps(normalizer, records)
         trace.stepped(steps)
@@ -552,7 +553,7 @@ def test_content_is_registered_before_the_store_can_quote_it_P8(telemetry: Any) 
 def test_without_exporters_a_batch_builds_no_span_but_still_registers_its_content_P8() -> None:
     t = setup_telemetry(install_global=False, env={})
     try:
-        traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()
+        traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(translators=translator_for), _records()
         assert not t.tracing and not t.metering
         with traces.batch(records) as trace:
             steps = _steps(normalizer, records)
@@ -575,7 +576,7 @@ def test_a_message_registered_per_poll_is_found_like_one_registered_per_delta_P8
     try:
         traces_a.telemetry.registry = per_poll
         records = _records()
-        steps = _steps(Normalizer(), records)
+        steps = _steps(Normalizer(translators=translator_for), records)
         for lo in range(0, len(steps), 4):  # polls of four records
             with traces_a.batch(records[lo : lo + 4]) as trace:
                 trace.stepped(steps[lo : lo + 4])
@@ -601,7 +602,7 @@ def test_counts_wait_at_most_the_flush_interval_and_reach_the_sdk_without_a_late
     """The worker hands summed counts to the SDK once a second; the last poll's counts must not wait
     for a poll that never comes — the worker's periodic tick flushes them (``tick_health``)."""
     t, _, metrics = telemetry
-    traces, normalizer, records = NormalizerTelemetry(t, group_id="g", metric_flush_s=1.0), Normalizer(), _records()
+    traces, normalizer, records = NormalizerTelemetry(t, group_id="g", metric_flush_s=1.0), Normalizer(translators=translator_for), _records()
     with traces.batch(records) as trace:
         trace.stepped(_steps(normalizer, records))
     assert "reasonwire.records" not in _metric_points(metrics)  # summed, not yet handed over
@@ -609,7 +610,7 @@ def test_counts_wait_at_most_the_flush_interval_and_reach_the_sdk_without_a_late
     assert "reasonwire.records" not in _metric_points(metrics)
     traces.flush_counts(now=time.monotonic() + 1.5)
     [(labels, value)] = [p for p in _metric_points(metrics)["reasonwire.records"] if p[0].get("reasonwire.record.outcome") == "translated"]
-    assert value == sum(1 for s in _steps(Normalizer(), records) if s.journal_append is not None)
+    assert value == sum(1 for s in _steps(Normalizer(translators=translator_for), records) if s.journal_append is not None)
 
 
 def test_reasoning_no_audience_sees_is_registered_too_P8() -> None:
@@ -620,7 +621,7 @@ def test_reasoning_no_audience_sees_is_registered_too_P8() -> None:
 
     hidden = AudienceRule(reasoning=ReasoningVisibility.NONE, encrypted_values=False)
     book = PolicyBook(default=RetentionPolicy(trusted=hidden, public=hidden))
-    normalizer = Normalizer(book)
+    normalizer = Normalizer(book, translators=translator_for)
     traces = NormalizerTelemetry(setup_telemetry(install_global=False, env={}), group_id="g")
     try:
         registry = traces.telemetry.registry = OpaqueRegistry()
@@ -647,7 +648,7 @@ def test_fast_bytes_rendering_matches_the_byte_table_P8(text: str) -> None:
 
 def test_revoked_partitions_end_their_run_spans_as_handed_over(telemetry: Any) -> None:
     t, spans, _ = telemetry
-    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()[:5]
+    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(translators=translator_for), _records()[:5]
     with traces.batch(records) as trace:
         trace.stepped(_steps(normalizer, records))
     traces.forget([3])
@@ -698,7 +699,7 @@ def test_an_unsampled_producer_context_costs_no_span_and_no_parsing_per_record_P
     import reasonwire.workers.telemetry.normalizer as tn
 
     t, spans, metrics = telemetry
-    traces, normalizer = NormalizerTelemetry(t, group_id="g"), Normalizer()
+    traces, normalizer = NormalizerTelemetry(t, group_id="g"), Normalizer(translators=translator_for)
     records = _with_traceparent(_records(), TRACEPARENT[:-2] + "00")
     assert traces.skip_unsampled  # the SDK default, parentbased_always_on
     reads: list[RawRecord] = []
@@ -719,7 +720,7 @@ def test_a_sampled_flag_in_any_flags_byte_is_honoured(telemetry: Any) -> None:
     t, spans, _ = telemetry
     traced = []
     for i, flags in enumerate(("03", "0b", "02", "0a")):
-        traces, normalizer = NormalizerTelemetry(t, group_id="g"), Normalizer()
+        traces, normalizer = NormalizerTelemetry(t, group_id="g"), Normalizer(translators=translator_for)
         run = RunEnvelope("anthropic-messages", f"run-{i}", "thread-1", tenant="acme")
         records = _with_traceparent(_records(run=run)[:3], TRACEPARENT[:-2] + flags)
         with traces.batch(records) as trace:
@@ -730,7 +731,7 @@ def test_a_sampled_flag_in_any_flags_byte_is_honoured(telemetry: Any) -> None:
 
 def test_each_poll_of_a_traced_run_is_one_process_span_under_the_run(telemetry: Any) -> None:
     t, spans, _ = telemetry
-    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(), _records()
+    traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(translators=translator_for), _records()
     for lo in range(0, len(records), 8):
         with traces.batch(records[lo : lo + 8]) as trace:
             trace.stepped(_steps(normalizer, records[lo : lo + 8]))
@@ -747,7 +748,7 @@ def test_poll_duration_and_end_to_end_delay_are_recorded_per_poll() -> None:
     reader = InMemoryMetricReader()
     t = setup_telemetry(metric_reader=reader, install_global=False, env={})
     try:
-        traces, normalizer = NormalizerTelemetry(t, group_id="g"), Normalizer()
+        traces, normalizer = NormalizerTelemetry(t, group_id="g"), Normalizer(translators=translator_for)
         now_ms = int(__import__("time").time() * 1000)
         records = [r._replace(timestamp=now_ms - 2000 + i, partition=i % 2) for i, r in enumerate(_records()[:6])]
         with traces.batch(records) as trace:

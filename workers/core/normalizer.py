@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
+from functools import partial
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -66,10 +67,10 @@ from reasonwire.workers.core import events as ev
 from reasonwire.workers.core.audience import AudienceFilter
 from reasonwire.workers.core.delivery import DeadLetterCode, OutputLimits, dead_letter_headers, fit_dead_letter, record_size
 from reasonwire.workers.core.discipline import METADATA_KEY
+from reasonwire.workers.core.events import WireEvent
 from reasonwire.workers.core.fence import SilenceClock, next_head
-from reasonwire.workers.core.translator import ErrorCode, RunEnd, Translation, Translator, TranslatorWarning
+from reasonwire.workers.core.translator import ErrorCode, RunEnd, Translation, Translator, TranslatorFactory, TranslatorWarning
 from reasonwire.workers.core.wire import event_json, record_json
-from reasonwire.workers.translators import implemented, translator_for
 
 
 _ENDED_MEMORY = 10_000
@@ -140,17 +141,21 @@ class JournalEntry(NamedTuple):
 
 @dataclass(slots=True)
 class Step:
-    """What the adapter must do for one record, in this order: store, publish, commit."""
+    """What the adapter must do for one record, in this order: store, publish, commit.
+
+    One is built per raw record, so it holds no object it does not need: ``artefacts``,
+    ``warnings``, ``reasoning`` and ``secrets`` are the shared empty tuple unless the record
+    has some (then a list); read them, never append to them (issue 27 item 3)."""
 
     run: RunKey | None = None
     thread_id: str | None = None
     outbound: list[Outbound] = field(default_factory=list)
-    artefacts: list[ArtefactRecord] = field(default_factory=list)
+    artefacts: Sequence[ArtefactRecord] = ()
     artefact_ttl_s: int | None = None
     """How long the artefacts live (the tenant's opaque-state policy)."""
     journal_append: JournalEntry | None = None
     run_ended: bool = False
-    warnings: list[TranslatorWarning] = field(default_factory=list)
+    warnings: Sequence[TranslatorWarning] = ()
     skipped: str | None = None
     """Why the record changed nothing (duplicate, run already ended), if it did not."""
     dead_letter: DeadLetterCode | None = None
@@ -166,12 +171,12 @@ class Step:
     """(head expected, head written) of the run's journal: set on every Step that writes for its
     run (a journal entry, a run's end). The store applies the poll only if the run's head is still
     the expected one (``workers/core/fence.py``): a stale copy of the run writes and sends nothing."""
-    reasoning: list[tuple[str, str | None]] = field(default_factory=list)
+    reasoning: Sequence[tuple[str, str | None]] = ()
     """P8: the readable reasoning of this step's events, in order, before audience filtering —
     (message id, delta), or (message id, ``None``) where a message ends. The adapter registers
     it (with ``secrets`` and the artefacts' values) so no log line or span can carry it; handed
     over as text, so the adapter does not parse the events it publishes to find it."""
-    secrets: list[str] = field(default_factory=list)
+    secrets: Sequence[str] = ()
     """P8: the ``encryptedValue`` of this step's ``REASONING_ENCRYPTED_VALUE`` events."""
 
 
@@ -240,6 +245,11 @@ class _RunState:
     public: AudienceFilter
     base_headers: KafkaHeaders
     """The headers every output of the run carries (encoded once per run)."""
+    key: bytes = b""
+    """The run id as the outputs' Kafka key (encoded once per run)."""
+    trusted_all: bool = False
+    public_all: bool = False
+    """The audience's filter passes every event (``AudienceFilter.passes_everything``): not asked per event."""
     next_seq: int = 0
     event_seq: int = 0
     public_seq: int = 0
@@ -273,14 +283,26 @@ class Normalizer:
     that ends a run for any reason other than its own content is never journaled.
     """
 
-    def __init__(self, policies: PolicyBook | None = None, *, limits: OutputLimits | None = None) -> None:
+    def __init__(
+        self,
+        policies: PolicyBook | None = None,
+        *,
+        translators: TranslatorFactory,
+        limits: OutputLimits | None = None,
+        grammars: Iterable[Grammar | str] | None = None,
+    ) -> None:
         self.policies = policies or PolicyBook()
+        self._translator_for = translators
+        """Makes each run's translator (``reasonwire.workers.translators.translator_for``): handed
+        in, so the core never imports the translators built on it (issue 27)."""
         self.limits = limits or OutputLimits()
         """The broker's size limit per output topic (the worker sets them from the topics' configs)."""
         self._runs: dict[RunKey, _RunState] = {}
         self._ended: OrderedDict[RunKey, Ended] = OrderedDict()
         """Runs that ended here recently, and where, so late records are judged without a lookup."""
-        self._grammars = frozenset(g.value for g in implemented())
+        self._grammars = frozenset(Grammar(g).value for g in (Grammar if grammars is None else grammars))
+        """The grammars ``translators`` has a translator for (default: every grammar of the contract);
+        a record of another one is dead-lettered by :meth:`route`."""
         self._stepped: dict[int, int] = {}
         """Partition → offset of the last raw record routed (goes back after a rewind)."""
         self._replay: dict[int, int] = {}
@@ -318,7 +340,7 @@ class Normalizer:
             return DeadLetter(record, "record has no value and is not a control record")
         if record.key is not None and record.key != envelope.run_id.encode():
             return DeadLetter(record, f"record key differs from {HEADER_RUN_ID}: ordering per run is not guaranteed")
-        return RunInput(record, envelope, RunKey(envelope.tenant, envelope.run_id))
+        return RunInput(record, envelope, _run_key((envelope.tenant, envelope.run_id)))
 
     def replay_until(self, partition: int, end_offset: int) -> None:
         """The partition's log ended at ``end_offset`` when this worker first fetched it: a previous
@@ -461,7 +483,7 @@ class Normalizer:
             return self._after_gap(item, state)
         if env.seq < state.next_seq:
             return self._duplicate(item, state)
-        step = Step(run=key, thread_id=state.envelope.thread_id)
+        step = Step(key, state.envelope.thread_id)  # positional: a keyword call costs twice as much
         state.last_seen = self.clock.seen(state.partition) if now is None else now
         state.last_offset = record.offset
         if env.seq > state.next_seq and key in self._doubtful:
@@ -483,7 +505,7 @@ class Normalizer:
         except Exception as exc:  # this record's outputs cannot be made or cannot be published
             state.event_seq, state.public_seq = marks
             step.outbound.clear()
-            step.artefacts.clear()
+            step.artefacts = ()
             step.journal_append = None
             step.run_ended = False
             if isinstance(exc, _TooLarge):
@@ -536,7 +558,7 @@ class Normalizer:
             translation = state.translator.abort(reason) if reason else state.translator.finish()
         else:
             assert record.value is not None  # route() dead-letters value-less data records
-            step.journal_append = JournalEntry(env.seq, record.value, env.sse_event)
+            step.journal_append = _journal_entry((env.seq, record.value, env.sse_event))
             translation = state.translator.feed(record.value, sse_event=env.sse_event, at_ms=now * 1000)
         self._apply(state, translation, step, record)
         state.next_seq = env.seq + 1
@@ -577,7 +599,7 @@ class Normalizer:
         except Exception as exc:
             state.event_seq, state.public_seq = marks
             step.outbound.clear()
-            step.artefacts.clear()
+            step.artefacts = ()
             step.error = type(exc).__name__
             self._fail(state, step, None, DeadLetterCode.INTERNAL_ERROR, f"closing the run failed ({step.error})")
 
@@ -674,7 +696,7 @@ class Normalizer:
 
     def _new_state(self, item: RunInput) -> _RunState:
         env = item.envelope
-        translator = translator_for(
+        translator = self._translator_for(
             Grammar(env.grammar),
             run_id=env.run_id,
             thread_id=env.thread_id,
@@ -689,14 +711,18 @@ class Normalizer:
             (HEADER_PROVIDER, env.grammar.encode()),
         ]
         overhead = _headers_size(base)
+        trusted, public = AudienceFilter(policy.rule(Audience.TRUSTED)), AudienceFilter(policy.rule(Audience.PUBLIC))
         return _RunState(
             translator,
             env,
             item.record.partition,
             policy,
-            trusted=AudienceFilter(policy.rule(Audience.TRUSTED)),
-            public=AudienceFilter(policy.rule(Audience.PUBLIC)),
+            trusted=trusted,
+            public=public,
             base_headers=base,
+            key=base[0][1] or b"",
+            trusted_all=trusted.passes_everything,
+            public_all=public.passes_everything,
             last_seen=self.clock.seen(item.record.partition),
             last_offset=item.record.offset,
             room=(self.limits.limit(topics.EVENTS) - overhead, self.limits.limit(topics.EVENTS_PUBLIC) - overhead),
@@ -715,49 +741,75 @@ class Normalizer:
         """Number and filter the translation's events per audience and put the outputs in ``step``;
         with ``emit=False`` (a restore) only the numbering and the filters advance. ``ended``
         overrides the translator's own verdict (a run the normalizer fails itself)."""
-        env, policy, base = state.envelope, state.policy, state.base_headers
-        key = env.run_id.encode()
-        room, public_room = state.room
-        reasoning = step.reasoning
-        for event in translation.events:
-            if emit:  # P8: what the adapter must keep out of logs and traces (Step.reasoning, Step.secrets)
-                kind = event["type"]
-                if kind in _READABLE:
-                    reasoning.append((event.get("messageId", ""), event.get("delta") or ""))
-                elif kind == "REASONING_MESSAGE_END":
-                    reasoning.append((event.get("messageId", ""), None))
-                elif kind == "REASONING_ENCRYPTED_VALUE":
-                    step.secrets.append(event.get("encryptedValue") or "")
-            trusted = state.trusted.admit(event)
-            blob = None
-            if trusted is not None:
-                if emit:
-                    blob = event_json(trusted)
-                    if len(blob) > room:
-                        raise _TooLarge(topics.EVENTS, len(blob))
-                    step.outbound.append(_event_record(topics.EVENTS, key, blob, base, state.event_seq))
-                state.event_seq += 1
-            public = state.public.admit(event)
-            if public is not None:
-                if emit:
-                    public_blob = blob if public is trusted and blob is not None else event_json(public)
-                    if len(public_blob) > public_room:
-                        raise _TooLarge(topics.EVENTS_PUBLIC, len(public_blob))
-                    step.outbound.append(_event_record(topics.EVENTS_PUBLIC, key, public_blob, base, state.public_seq))
-                state.public_seq += 1
+        events = translation.events
         if not emit:
+            if events:
+                _count(state, events)
             return
+        if events:
+            self._emit(state, events, step)
+        policy = state.policy
         if policy.opaque_state.store:
             step.artefact_ttl_s = policy.opaque_state.ttl_s
-            for artefact in translation.artefacts:  # fresh from the translator, owned by this step
-                artefact.tenant = env.tenant
-            step.artefacts += translation.artefacts
-        step.warnings += translation.warnings
+            artefacts = translation.artefacts
+            if artefacts:  # fresh from the translator, owned by this step
+                for artefact in artefacts:
+                    artefact.tenant = state.envelope.tenant
+                step.artefacts = [*step.artefacts, *artefacts] if step.artefacts else artefacts
+        if translation.warnings:
+            step.warnings = [*step.warnings, *translation.warnings] if step.warnings else translation.warnings
         if translation.rejection is not None and record is not None:
             step.outbound.append(self._dead_letter(record, translation.rejection.reason, DeadLetterCode.MALFORMED_EVENT))
             step.dead_letter = DeadLetterCode.MALFORMED_EVENT
         if state.translator.ended if ended is None else ended:
-            self._end(state, step, base)
+            self._end(state, step, state.base_headers)
+
+    @staticmethod
+    def _emit(state: _RunState, events: list[WireEvent], step: Step) -> None:
+        """Each event numbered and serialized once per audience that may see it, in order.
+
+        The hot loop of the worker (one pass per output event): what is the same for the whole
+        run (key, headers, size limits, whether a filter passes everything) is looked up once per
+        call, the numbers are counted in locals, and an audience whose filter passes everything
+        is not asked per event."""
+        key, base = state.key, state.base_headers
+        room, public_room = state.room
+        trusted_filter, public_filter = state.trusted, state.public
+        trusted_all, public_all = state.trusted_all, state.public_all
+        outbound = step.outbound
+        reasoning = step.reasoning if step.reasoning else None
+        seq, public_seq = state.event_seq, state.public_seq
+        cached = len(_SEQ_HEADERS)
+        try:
+            for event in events:
+                p8 = _P8.get(event["type"])
+                if p8 is not None:  # P8: what the adapter must keep out of logs and traces (Step.reasoning, Step.secrets)
+                    if p8 is _SECRET:
+                        step.secrets = [*step.secrets, event.get("encryptedValue") or ""]
+                    else:
+                        if reasoning is None:
+                            reasoning = step.reasoning = []
+                        delta = (event.get("delta") or "") if p8 is _READABLE else None  # None: the message ends
+                        reasoning.append((event.get("messageId", ""), delta))
+                trusted = event if trusted_all and "rawEvent" not in event else trusted_filter.admit(event)
+                blob = None
+                if trusted is not None:
+                    blob = event_json(trusted)
+                    if len(blob) > room:
+                        raise _TooLarge(topics.EVENTS, len(blob))
+                    header = _SEQ_HEADERS[seq] if seq < cached else _seq_header(seq)
+                    outbound.append(_outbound((topics.EVENTS, key, blob, [*base, header, _JSON])))
+                    seq += 1
+                public = event if public_all and "rawEvent" not in event else public_filter.admit(event)
+                if public is not None:
+                    public_blob = blob if public is trusted and blob is not None else event_json(public)
+                    if len(public_blob) > public_room:
+                        raise _TooLarge(topics.EVENTS_PUBLIC, len(public_blob))
+                    header = _SEQ_HEADERS[public_seq] if public_seq < cached else _seq_header(public_seq)
+                    outbound.append(_outbound((topics.EVENTS_PUBLIC, key, public_blob, [*base, header, _JSON])))
+                    public_seq += 1
+        finally:
+            state.event_seq, state.public_seq = seq, public_seq
 
     def _end(self, state: _RunState, step: Step, headers: KafkaHeaders) -> None:
         env = state.envelope
@@ -767,10 +819,10 @@ class Normalizer:
                 problems = usage.tokens.inconsistencies()
                 blob = record_json(usage)  # may refuse what the translator let through (issue 18)
             except Exception as exc:
-                step.warnings.append(TranslatorWarning("usage_unavailable", f"no usage record ({type(exc).__name__})", state.translator.line))
+                step.warnings = [*step.warnings, TranslatorWarning("usage_unavailable", f"no usage record ({type(exc).__name__})", state.translator.line)]
             else:
-                for problem in problems:
-                    step.warnings.append(TranslatorWarning("usage_inconsistent", problem, state.translator.line))
+                if problems:
+                    step.warnings = [*step.warnings, *(TranslatorWarning("usage_inconsistent", p, state.translator.line) for p in problems)]
                 if self.limits.fits(topics.USAGE, env.run_id.encode(), blob, headers):
                     step.outbound.append(Outbound(topics.USAGE, env.run_id.encode(), blob, list(headers)))
         step.run_ended = True
@@ -796,7 +848,7 @@ class _TooLarge(Exception):
 def _digest(value: bytes | None, sse_event: str | None) -> bytes:
     """Identifies a record's content (value and SSE event name) for duplicate checks."""
     h = hashlib.blake2b(value or b"", digest_size=16)
-    h.update(b"\x00" + (sse_event or "").encode("utf-8", "surrogatepass"))
+    h.update(b"\x00" + sse_event.encode("utf-8", "surrogatepass") if sse_event else b"\x00")
     return h.digest()
 
 
@@ -806,11 +858,46 @@ def _headers_size(headers: KafkaHeaders) -> int:
 
 
 _JSON = ("content-type", b"application/json")
-_READABLE = frozenset({"REASONING_MESSAGE_CONTENT", "REASONING_MESSAGE_CHUNK"})
+_READABLE, _END, _SECRET = "readable", "end", "secret"
+_P8 = {
+    "REASONING_MESSAGE_CONTENT": _READABLE,
+    "REASONING_MESSAGE_CHUNK": _READABLE,
+    "REASONING_MESSAGE_END": _END,
+    "REASONING_ENCRYPTED_VALUE": _SECRET,
+}
+"""The event types whose content the adapter must keep out of logs and traces (``Step.reasoning``,
+``Step.secrets``): one lookup per event tells whether and how."""
+
+_outbound = partial(tuple.__new__, Outbound)
+"""``Outbound(...)`` without the named tuple's Python-level ``__new__`` (two per output event);
+likewise one run key and one journal entry per raw record."""
+_run_key = partial(tuple.__new__, RunKey)
+_journal_entry = partial(tuple.__new__, JournalEntry)
+
+_SEQ_HEADERS: list[tuple[str, bytes]] = []
+"""``rw-event-seq`` headers of the first numbers, built once each and shared (immutable): the
+header every event record carries costs no ``str``, ``encode`` and tuple per event."""
+_SEQ_HEADERS_KEPT = 4096
 
 
-def _event_record(topic: str, key: bytes, blob: bytes, base: KafkaHeaders, seq: int) -> Outbound:
-    return Outbound(topic, key, blob, [*base, (HEADER_EVENT_SEQ, str(seq).encode()), _JSON])
+def _seq_header(seq: int) -> tuple[str, bytes]:
+    """The ``rw-event-seq`` header for ``seq`` (kept for the first ``_SEQ_HEADERS_KEPT`` numbers)."""
+    while len(_SEQ_HEADERS) <= min(seq, _SEQ_HEADERS_KEPT - 1):
+        _SEQ_HEADERS.append((HEADER_EVENT_SEQ, str(len(_SEQ_HEADERS)).encode()))
+    return _SEQ_HEADERS[seq] if seq < _SEQ_HEADERS_KEPT else (HEADER_EVENT_SEQ, str(seq).encode())
+
+
+def _count(state: _RunState, events: list[WireEvent]) -> None:
+    """A restore: advance each audience's numbering and filter over ``events``, emitting nothing
+    (a filter that passes everything keeps no state: only the count moves)."""
+    if state.trusted_all:
+        state.event_seq += len(events)
+    else:
+        state.event_seq += sum(1 for event in events if state.trusted.admit(event) is not None)
+    if state.public_all:
+        state.public_seq += len(events)
+    else:
+        state.public_seq += sum(1 for event in events if state.public.admit(event) is not None)
 
 
 def dead_letter(item: DeadLetter, limits: OutputLimits | None = None) -> Outbound:

@@ -62,7 +62,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import orjson
 
@@ -131,6 +131,17 @@ class Translation:
 
 
 Handler = Callable[[Any, dict[str, Any]], None]
+
+
+class TranslatorFactory(Protocol):
+    """Makes a fresh translator for one run of a grammar (``reasonwire.workers.translators.translator_for``).
+
+    The core is handed one rather than importing the registry: the translators build on the core,
+    so the core naming them would be the one arrow that runs upward (issue 27)."""
+
+    def __call__(
+        self, grammar: Grammar, /, *, run_id: str, thread_id: str, model: str | None, issuer_scope: str | None
+    ) -> Translator: ...
 
 
 class Translator:
@@ -235,7 +246,7 @@ class Translator:
             except (ProviderGrammarError, DisciplineViolation) as exc:
                 reason = exc.reason if isinstance(exc, ProviderGrammarError) else f"stream discipline: {exc}"
                 return self._reject(f"{event_type}: {reason}" if not reason.startswith(event_type) else reason)
-            if at_ms is not None:
+            if at_ms is not None and (self.time_to_first_reasoning_ms is None or self.time_to_first_text_ms is None):
                 self._note_timing(at_ms)
             return self._collect()
         except Exception as exc:  # noqa: BLE001 - the safety net: a bug must not poison the partition
