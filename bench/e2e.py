@@ -80,6 +80,7 @@ from reasonwire.contracts.envelope import HEADER_EVENT_SEQ, HEADER_RUN_ID, HEADE
 from reasonwire.workers.core.normalizer import Normalizer, RawRecord
 from reasonwire.workers.ingress import RunEnvelope, raw_records
 from reasonwire.workers.sse import ProviderEvent
+from reasonwire.workers.translators import translator_for
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTITIONS = 4
@@ -145,7 +146,7 @@ def traffic(grammars: Sequence[str], n_records: int, *, seed: int, tag: str, map
 
 def _event_sources(records: Sequence[Record]) -> dict[tuple[str, int], int]:
     """Which raw record yields which events-topic record: the worker's own sans-I/O core, offline."""
-    normalizer = Normalizer()
+    normalizer = Normalizer(translators=translator_for)
     mapping: dict[tuple[str, int], int] = {}
     for index, rec in enumerate(records):
         routed = normalizer.route(RawRecord(rec.key, rec.value, tuple(rec.headers)))
@@ -158,7 +159,7 @@ def _event_sources(records: Sequence[Record]) -> dict[tuple[str, int], int]:
 
 def fanout(records: Sequence[Record]) -> dict[str, float]:
     """Records the worker publishes per raw record, by topic (its sans-I/O core, offline)."""
-    normalizer = Normalizer()
+    normalizer = Normalizer(translators=translator_for)
     counts: dict[str, int] = {}
     for rec in records:
         step = normalizer.accept(normalizer.route(RawRecord(rec.key, rec.value, tuple(rec.headers))))  # type: ignore[arg-type]

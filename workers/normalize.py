@@ -43,6 +43,7 @@ from reasonwire.workers.core.delivery_machine import (
 )
 from reasonwire.workers.core.fence import stalled, witnessed
 from reasonwire.workers.core.normalizer import DeadLetter, Normalizer, RawRecord, RunInput, Step
+from reasonwire.workers.gc_pause import collection_paused
 from reasonwire.workers.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle, wait_for_topics, wait_until_allowed
 from reasonwire.workers.kafka_security import broker_security, client_kwargs, servers
 from reasonwire.workers.outbox import Outbox
@@ -52,6 +53,7 @@ from reasonwire.workers.store import ArtefactStore, RunsMoved, StoreLost
 from reasonwire.workers.telemetry import Telemetry, setup_telemetry
 from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
 from reasonwire.workers.topics_admin import replication_factor
+from reasonwire.workers.translators import translator_for
 
 log = logging.getLogger("reasonwire.normalize")
 
@@ -77,7 +79,7 @@ class NormalizerWorker:
         self.broker = broker
         self.store = store
         self.telemetry = telemetry
-        self.normalizer = Normalizer(PolicyBook.load(settings.policy_file))
+        self.normalizer = Normalizer(PolicyBook.load(settings.policy_file), translators=translator_for)
         self.normalizer.token = secrets.token_hex(4)  # this process's name in the journal heads it writes (the fence)
         self.normalizer.clock.step = expiry_interval(settings)
         self.machine = DeliveryMachine(self.normalizer, max_in_flight=settings.max_in_flight)
@@ -124,13 +126,14 @@ class NormalizerWorker:
         await self._until(lambda: self.machine.accepting or self.closing)
         if self.closing:
             return  # not committed: redelivered to whoever consumes next
-        actions = self.machine.poll(records, self._log_ends(records))
-        flight = next((a.flight for a in actions if isinstance(a, (Probe, ReadJournals, Stepped))), None)
-        if flight is not None:
-            self._traces[flight] = self.telemetry.batch(records).__enter__()
-            if handoff.recorder.enabled:
-                self._polled[flight] = polled
-        self._take(actions)
+        with collection_paused():  # stepped and handed over without a collection in between (issue 27 item 3)
+            actions = self.machine.poll(records, self._log_ends(records))
+            flight = next((a.flight for a in actions if isinstance(a, (Probe, ReadJournals, Stepped))), None)
+            if flight is not None:
+                self._traces[flight] = self.telemetry.batch(records).__enter__()
+                if handoff.recorder.enabled:
+                    self._polled[flight] = polled
+            self._take(actions)
 
     async def expire_idle_runs(self) -> None:
         """The expiry tick — only once the worker has consumed without a break for a whole
@@ -234,7 +237,8 @@ class NormalizerWorker:
         try:
             if isinstance(action, ReadJournals):
                 loaded = dict(zip(action.runs, await self.store.load_journals(list(action.runs)), strict=True))
-                self._take(self.machine.journals_read(action, loaded, doubtful=self.store.loss_window()))
+                with collection_paused():  # the poll's new runs are stepped here
+                    self._take(self.machine.journals_read(action, loaded, doubtful=self.store.loss_window()))
                 return
             await self._io(action)
         except Exception as exc:

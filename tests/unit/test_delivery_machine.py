@@ -13,6 +13,7 @@ from reasonwire.workers.core.delivery_machine import (
 from reasonwire.workers.core.normalizer import Normalizer, RawRecord
 from reasonwire.workers.ingress import RunEnvelope, raw_records
 from reasonwire.workers.sse import read_events
+from reasonwire.workers.translators import translator_for
 
 FIXTURE = LOCAL_FIXTURES / "openai-responses" / "c_interleaved_reasoning_tool_calls.jsonl"
 
@@ -28,7 +29,7 @@ def _of(actions: list[Any], kind: type) -> list[Any]:
 
 
 def _machine(**kw: Any) -> DeliveryMachine:
-    normalizer = Normalizer()
+    normalizer = Normalizer(translators=translator_for)
     normalizer.token = "me"
     return DeliveryMachine(normalizer, **kw)
 

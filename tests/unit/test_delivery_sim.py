@@ -49,7 +49,6 @@ at the store), and a Redis Cluster.
 
 from __future__ import annotations
 
-import functools
 import sys
 import os
 import random
@@ -75,6 +74,7 @@ from reasonwire.workers.core.delivery_machine import Acknowledged, Action, Close
 from reasonwire.workers.core.normalizer import JournalEntry, Normalizer, Outbound, RawRecord, RunKey, Step
 from reasonwire.workers.ingress import RunEnvelope, raw_records
 from reasonwire.workers.sse import ProviderEvent, read_events
+from reasonwire.workers.translators import translator_for
 
 SEEDS = int(os.environ.get("RW_SIM_SEEDS", "500"))
 """~4 s of CPU per ``make test``; ``RW_SIM_SEEDS=20000`` for a longer campaign."""
@@ -490,7 +490,7 @@ def simulate(
     if live:
         world.arrived = {p: 0 for p in scenario.logs}
     world.fault_rate = rng.choice([0.05, 0.15, 0.3]) if faults else 0.0
-    normalizers = [Normalizer(limits=scenario.limits), Normalizer(limits=scenario.limits)]
+    normalizers = [Normalizer(limits=scenario.limits, translators=_translators), Normalizer(limits=scenario.limits, translators=_translators)]
     owner = 0
     worker = Worker(world, normalizers[owner])
     frozen: list[tuple[Worker, bool]] = []
@@ -511,7 +511,7 @@ def simulate(
             continue
         roll = rng.random()
         if faulty and roll < 0.04:  # crash between any two actions: what was outstanding never happens
-            normalizers[owner] = Normalizer(limits=scenario.limits)
+            normalizers[owner] = Normalizer(limits=scenario.limits, translators=_translators)
             worker = Worker(world, normalizers[owner])
         elif faulty and roll < 0.07:  # a rebalance: the partitions move to the other worker and back
             worker.revoke(rng)
@@ -520,7 +520,7 @@ def simulate(
         elif zombies and faulty and roll < 0.10:  # the owner freezes; the group moves on without it
             worker.zombie = True
             frozen.append((worker, rng.random() < paused))
-            normalizers[owner] = Normalizer(limits=scenario.limits)
+            normalizers[owner] = Normalizer(limits=scenario.limits, translators=_translators)
             worker = Worker(world, normalizers[owner])
         elif rollback and faulty and roll < 0.13:  # backups are taken; the store is restored from one, once
             if backups and rng.random() < 0.5:
@@ -571,17 +571,21 @@ def _by_identity(published: list[Outbound]) -> tuple[dict[tuple[str, bytes | Non
     return events, dlq, usage
 
 
+def _translators(grammar: Any, **kw: Any) -> Any:
+    """The factory every simulated Normalizer is given: ``translator_for``, which the fixtures swap."""
+    return translator_for(grammar, **kw)
+
+
 @pytest.fixture
 def stub_translators(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(core, "translator_for", lambda grammar, **kw: StubTranslator(**kw))
-    monkeypatch.setattr(core, "implemented", functools.cache(core.implemented))  # a crash makes a new Normalizer
+    monkeypatch.setattr(sys.modules[__name__], "translator_for", lambda grammar, **kw: StubTranslator(**kw))
     yield
 
 
 @pytest.fixture
 def exploding_translators(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The real translators, with a bug on demand: feeding a value that contains ``BOOM`` raises."""
-    real = core.translator_for
+    real = translator_for
 
     def exploding(*args: Any, **kwargs: Any) -> Any:
         translator = real(*args, **kwargs)
@@ -595,7 +599,7 @@ def exploding_translators(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         translator.feed = feed_or_raise
         return translator
 
-    monkeypatch.setattr(core, "translator_for", exploding)
+    monkeypatch.setattr(sys.modules[__name__], "translator_for", exploding)
     yield
 
 
@@ -780,6 +784,6 @@ def test_the_simulation_catches_a_store_without_the_fence_or_the_witness_issue24
     assert with_fence == 0, f"{with_fence} seeds broke an invariant with the fence"
     assert without >= 2, f"the fence made no difference ({without} seeds broke without it)"
     monkeypatch.undo()
-    monkeypatch.setattr(core, "translator_for", lambda grammar, **kw: StubTranslator(**kw))
+    monkeypatch.setattr(sys.modules[__name__], "translator_for", lambda grammar, **kw: StubTranslator(**kw))
     monkeypatch.setattr(Witness, "rolled_back", lambda self, epoch, count: False)
     assert caught(rollback=True), "200 seeds and a store restored from a copy was never caught"
