@@ -124,8 +124,9 @@ class NormalizerWorker:
         await self._until(lambda: self.machine.accepting or self.closing)
         await self._wait_for_retry()
         await self._until(lambda: self.machine.accepting or self.closing)
-        if self.closing:
-            return  # not committed: redelivered to whoever consumes next
+        records = self.machine.fresh(records)
+        if self.closing or not records:
+            return  # not committed: redelivered to whoever consumes next (or stale: fetched before a rewind)
         with collection_paused():  # stepped and handed over without a collection in between (issue 27 item 3)
             actions = self.machine.poll(records, self._log_ends(records))
             flight = next((a.flight for a in actions if isinstance(a, (Probe, ReadJournals, Stepped))), None)
@@ -330,11 +331,13 @@ class NormalizerWorker:
         trace = self._traces.pop(action.flight, None)
         if action.committed:
             self.stats["records"] += action.records
-            if trace is not None:
-                trace.__exit__(None, None, None)
-        elif trace is not None:  # its records come again: the span ends in ERROR, nothing counted
-            failure = self._last_error or RuntimeError("rewound")
-            trace.__exit__(type(failure), failure, None)
+        if trace is None:
+            return
+        failure = None if action.committed else (self._last_error or RuntimeError("rewound"))  # rewound: its records come again
+        try:
+            trace.__exit__(type(failure) if failure else None, failure, None)
+        except Exception as exc:  # a telemetry bug must not stop delivery: the rest of this answer still runs
+            self._warn_repeating(("telemetry", type(exc).__name__), "telemetry: closing a poll's trace failed (%s)", type(exc).__name__)
 
     def _seek(self, action: Seek) -> None:
         """Rewind the consumer (only partitions still assigned: a revoked one is the new owner's)."""

@@ -30,8 +30,8 @@ from reasonwire.contracts import topics
 from reasonwire.contracts.envelope import Control
 from reasonwire.contracts.grammars import Grammar
 from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream
-from reasonwire.workers.core import normalizer as core
 from reasonwire.workers.ingress import OutgoingRecord, RunEnvelope, raw_records
+from reasonwire.workers import normalize
 from reasonwire.workers.normalize import NormalizerWorker, create_app
 from reasonwire.workers.settings import WorkerSettings
 from reasonwire.workers.sse import read_events
@@ -359,7 +359,7 @@ async def test_an_exception_in_translation_fails_only_its_run_issue18_second_lin
     k = 5
     victim_records[k] = _with(victim_records[k], value=(victim_records[k].value or b"")[:-1] + b', "x": "' + trigger + b'"}')
     bystander, bystander_records = _run(f"{tag}-bystander", OTHER)
-    real = core.translator_for
+    real = normalize.translator_for  # the factory the worker gives its Normalizer
 
     def exploding(*args: Any, **kwargs: Any) -> Any:
         translator = real(*args, **kwargs)
@@ -373,14 +373,14 @@ async def test_an_exception_in_translation_fails_only_its_run_issue18_second_lin
         translator.feed = feed_or_raise
         return translator
 
-    core.translator_for = exploding  # type: ignore[assignment]
+    normalize.translator_for = exploding  # type: ignore[assignment]
     try:
         await _publish(primed_group.kafka_bootstrap_servers, [x for pair in zip(victim_records, bystander_records, strict=False) for x in pair] + victim_records[len(bystander_records) :])
         async with _worker(primed_group), Downstream(primed_group.kafka_bootstrap_servers, tag) as d:
             await d.until(lambda d: d.ended(victim.run_id) and d.ended(bystander.run_id), timeout=30)
             await d.until(lambda d: False, timeout=1.5)
     finally:
-        core.translator_for = real  # type: ignore[assignment]
+        normalize.translator_for = real  # type: ignore[assignment]
     stream = d.stream(victim.run_id)
     assert stream[-1]["type"] == "RUN_ERROR" and stream[-1]["code"] == "internal_error"
     assert stream[:-1] == _translated(victim, victim_records[:k])

@@ -309,6 +309,11 @@ class DeliveryMachine:
             return [self._out(Probe(flight.id))]
         return self._step(flight, {}, doubtful=False) + self._progress()
 
+    def fresh(self, records: Sequence[RawRecord]) -> Sequence[RawRecord]:
+        """The records of a poll that :meth:`poll` will take: after a rewind, records fetched
+        before the seek are stale (the adapter opens the poll's trace over these only)."""
+        return self._fresh(records)
+
     def journals_read(self, action: ReadJournals, loaded: Mapping[RunKey, Loaded], *, doubtful: bool) -> list[Action]:
         """The journals asked for (``doubtful``: the store is inside a loss window — a run may
         resume only from a journal holding every record before its own)."""
