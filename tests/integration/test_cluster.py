@@ -450,3 +450,84 @@ async def _deleted(cluster: Any, *keys: str) -> bool:
     for key in keys:
         await cluster.delete(key)
     return True
+
+
+async def _snapshot(shard: Redis) -> dict[bytes, tuple[bytes, int]]:
+    """Every key on one master, as ``DUMP`` and its TTL: the shard's backup (an RDB/AOF copy)."""
+    out = {}
+    async for key in shard.scan_iter(count=1000):
+        blob, ttl = await shard.dump(key), await shard.pttl(key)
+        if blob is not None and ttl != -2:
+            out[key] = (blob, max(ttl, 0))
+    return out
+
+
+async def _put_back(shard: Redis, copy: dict[bytes, tuple[bytes, int]]) -> None:
+    """The master restarted from the older copy: keys made since are gone, the rest as they were."""
+    async for key in shard.scan_iter(count=1000):
+        if key not in copy:
+            await shard.delete(key)
+    for key, (blob, ttl) in copy.items():
+        await shard.restore(key, ttl, blob, replace=True)
+
+
+@needs_redis_cluster
+async def test_a_shard_restored_from_an_older_copy_is_detected_at_start_up_and_its_runs_refused_issue24_item4(
+    primed_group: WorkerSettings, producer: AIOKafkaProducer
+) -> None:
+    """A worker on a Redis Cluster; a run goes on after a copy of ONE shard (the master holding the
+    run's journal, not the epoch hash) is taken; that shard is put back to the copy and a worker
+    starts. The counts committed with the offsets (the first worker's writes per master) are above
+    the shard's counter: the new worker replaces the epoch (marked lost) and refuses the run's later
+    records ``store_lost`` instead of translating them from the old journal — main took the store
+    for intact and ended the run ``sequence_gap`` on a number already published."""
+    from reasonwire.workers.normalize import create_app
+    from reasonwire.workers.telemetry import setup_telemetry
+    from tests.integration.conftest import Collector, send
+    from tests.integration.test_fence import _one_number_one_event
+
+    await fresh_store_epoch(REDIS_CLUSTER or "")
+    settings = _with(primed_group, redis_url=REDIS_CLUSTER, inactivity_timeout_s=120, health_port=0)
+    async with _cluster() as cluster:
+        run, records = _run_on(cluster, "restored-shard", away_from=EPOCH_KEY)
+        node = cluster.get_node_from_key(journal_key(run.tenant, run.run_id))
+    shard = Redis(host=node.host, port=node.port)
+    third = len(records) // 3
+    telemetry = setup_telemetry(install_global=False, env={})
+    app, _ = create_app(settings, telemetry)
+    try:
+        await app.start()
+        await send(producer, records[:third])
+        async with Collector(settings.kafka_bootstrap_servers) as c:
+            await c.until(lambda c: len(c.events.get(run.run_id, {})) >= 3, timeout=60)
+            await asyncio.sleep(1.0)  # committed
+        copy = await _snapshot(shard)  # the shard's backup
+        await send(producer, records[third : 2 * third])
+        deadline = time.monotonic() + 30
+        while len(_entries(await shard.hkeys(journal_key(run.tenant, run.run_id)))) < 2 * third and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1.5)  # the polls commit, with the per-master counts in their metadata
+    finally:
+        await app.stop()
+    await _put_back(shard, copy)  # that master restarted from the older copy
+    assert len(_entries(await shard.hkeys(journal_key(run.tenant, run.run_id)))) < 2 * third
+
+    app, worker = create_app(settings, telemetry)
+    try:
+        await app.start()
+        await send(producer, records[2 * third :])
+        rest = {r.key for r in records[2 * third :]}
+        async with Collector(settings.kafka_bootstrap_servers) as c:
+            lost = lambda c: sum(1 for k, _, h in c.dlq if k in rest and h.get("rw-dlq-code") == "store_lost")  # noqa: E731
+            with contextlib.suppress(AssertionError):
+                await c.until(lambda c: lost(c) >= len(records) - 2 * third or c.finished(run.run_id), timeout=45)
+            await asyncio.sleep(1.5)
+            await c.until(lambda c: True)
+    finally:
+        await app.stop()
+        telemetry.log_guard.uninstall()
+        await shard.aclose()
+        await fresh_store_epoch(REDIS_CLUSTER or "")
+    _one_number_one_event(c, [(run, records)])
+    assert lost(c) == len(records) - 2 * third  # refused, every later record accounted for
+    assert worker.store.lost_ms is not None
