@@ -15,8 +15,8 @@ signed Gemini thought parts in one reasoning message), and each keeps its own
 key, so none overwrites another (R4).
 | ``rw:v1:{t/th}:runs`` | set | ids of the thread's runs that have (or had) a journal, so an erase finds them | journal TTL |
 | ``rw:v1:{t/run}:journal`` | hash | ``<seq>`` → raw provider event of an *open* run (``-1``: its inactivity timeout, in seconds) | journal TTL |
-| ``rw:v1:{<anchor>}:w:<token>`` | string | a Redis Cluster only: how many polls the worker ``<token>`` wrote to the master whose lowest slot ``<anchor>`` hashes to (the store's rollback witness per shard, docs/reliability.md) | twice the journal TTL |
 | ``rw:v1:{t/run}:ended`` | string | marker ``<partition>:<offset>`` of the run's last raw record: a redelivery up to it is skipped, a later record dead-lettered (``1``: position unknown) | journal TTL |
+| ``rw:v1:{<anchor>}:w:<token>`` | string | a Redis Cluster only: how many polls the worker ``<token>`` wrote to the master whose lowest slot ``<anchor>`` hashes to (the store's rollback witness per shard, docs/reliability.md) | twice the journal TTL |
 
 The journal exists only while a run is open (it is deleted when the run ends);
 it is operational state for takeover, not a retained copy of raw events.

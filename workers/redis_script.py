@@ -22,10 +22,10 @@ reply is a status: see :data:`WRITE_OPS`).
 
 The write script is also the fence of issue 24 (``workers/core/fence.py``): before anything is
 written it checks each written run's journal head and ended marker, and the store's write count
-against the witness; it writes all of a poll or nothing. On a Redis Cluster a script may only touch one slot: there a slot
-holding fenced runs' journals is written by this same script with the epoch unchecked (a run's
-journal and ended marker share its hash tag), the other slots by the per-slot transactions of
-:mod:`reasonwire.workers.redis_slots`.
+against the witness; it writes all of a poll or nothing. On a Redis Cluster a script may only
+touch one slot: there a slot holding fenced runs' journals is written by this same script with
+the epoch unchecked (a run's journal and ended marker share its hash tag), the other slots by the
+per-slot transactions of :mod:`reasonwire.workers.redis_slots`.
 """
 
 from __future__ import annotations

@@ -9,8 +9,10 @@ after publishing, and the offsets are committed after that.
 On a Redis Cluster (``REDIS_URL=redis-cluster://…``, :mod:`reasonwire.workers.redis_connect`) a
 transaction may touch one hash slot only: the same writes go as one transaction per slot
 (every key of a thread shares one, a run's journal has its own), in poll order within a
-slot, and a batch that ends a run waits for a replica's acknowledgement (``WAIT``) before
-its terminal event is published (:mod:`reasonwire.workers.redis_slots`).
+slot — a slot holding a fenced run's journal as one call of the fencing write script —, each
+master's writes followed by this process's write counter there (the rollback witness per
+shard, issue 24), and a batch that ends a run waits for a replica's acknowledgement (``WAIT``)
+before its terminal event is published (:mod:`reasonwire.workers.redis_slots`).
 
 Store loss (issue 13, finding 5). A Redis that restarts without its data (no
 persistence, ``SHUTDOWN NOSAVE`` without AOF, ``FLUSHALL``, a failover to an
@@ -362,6 +364,8 @@ class ArtefactStore:
         counted writes (anchor slot → key): a journal read from a shard that went back is refused."""
         assert self.slot_writer is not None
         out: dict[int, str] = {}
+        if not self.witness.shards:  # nothing written yet: nothing to judge a shard by
+            return out
         for slot in {slot_of(key) for key in keys}:
             anchor, key = self.slot_writer.count_key(slot)
             if anchor in self.witness.shards:
