@@ -161,7 +161,7 @@ class ArtefactStore:
         """A cluster at start-up: whether a master's counter is below the count a worker committed
         for it under ``epoch`` (the commits' metadata, :class:`Witnessed`) — a shard restored from
         an older copy, or a replica promoted without the last writes."""
-        shards = [s for s in getattr(witnessed, "shards", ()) if s.epoch == epoch]
+        shards = [s for s in witnessed.shards if s.epoch == epoch] if isinstance(witnessed, Witnessed) else []
         if self.slot_writer is None or not shards:
             return False
         keys = {(s.token, s.slot): shard_count_key(slot_tag(s.slot), s.token) for s in shards}
