@@ -16,6 +16,7 @@ key, so none overwrites another (R4).
 | ``rw:v1:{t/th}:runs`` | set | ids of the thread's runs that have (or had) a journal, so an erase finds them | journal TTL |
 | ``rw:v1:{t/run}:journal`` | hash | ``<seq>`` → raw provider event of an *open* run (``-1``: its inactivity timeout, in seconds) | journal TTL |
 | ``rw:v1:{t/run}:ended`` | string | marker ``<partition>:<offset>`` of the run's last raw record: a redelivery up to it is skipped, a later record dead-lettered (``1``: position unknown) | journal TTL |
+| ``rw:v1:{<anchor>}:w:<token>`` | string | a Redis Cluster only: how many polls the worker ``<token>`` wrote to the master whose lowest slot ``<anchor>`` hashes to (the store's rollback witness per shard, docs/reliability.md) | twice the journal TTL |
 
 The journal exists only while a run is open (it is deleted when the run ends);
 it is operational state for takeover, not a retained copy of raw events.
@@ -62,3 +63,9 @@ def journal_key(tenant: str, run_id: str) -> str:
 @lru_cache(maxsize=65536)
 def ended_key(tenant: str, run_id: str) -> str:
     return f"{PREFIX}:{_tag(tenant, run_id)}:ended"
+
+
+def shard_count_key(anchor_tag: str, token: str) -> str:
+    """A worker's write counter on one Redis Cluster master: ``anchor_tag`` is a hash tag of the
+    master's lowest slot (``reasonwire.workers.redis_slots.slot_tag``), ``token`` the worker's name."""
+    return f"{PREFIX}:{{{anchor_tag}}}:w:{quote(token, safe='')}"

@@ -22,8 +22,10 @@ reply is a status: see :data:`WRITE_OPS`).
 
 The write script is also the fence of issue 24 (``workers/core/fence.py``): before anything is
 written it checks each written run's journal head and ended marker, and the store's write count
-against the witness; it writes all of a poll or nothing. A Redis Cluster keeps the per-slot transactions of
-:mod:`reasonwire.workers.redis_slots` (one script may only touch one slot).
+against the witness; it writes all of a poll or nothing. On a Redis Cluster a script may only
+touch one slot: there a slot holding fenced runs' journals is written by this same script with
+the epoch unchecked (a run's journal and ended marker share its hash tag), the other slots by the
+per-slot transactions of :mod:`reasonwire.workers.redis_slots`.
 """
 
 from __future__ import annotations
@@ -85,6 +87,9 @@ Returns 0 (nothing written) when the epoch's id is missing or another, or its wr
 below the witness; ``{2, i…}`` (nothing written) when fence i failed — the run has ended, or its
 head is neither the one expected nor the one this write sets (another worker wrote for the run
 since); else ``{1, w}``, ``w`` the store's write count after this call (0 when unchecked)."""
+
+WRITE_OPS_SHA = hashlib.sha1(WRITE_OPS.encode()).hexdigest()
+"""What ``EVALSHA`` calls it (a Redis Cluster's per-slot fence writes, :mod:`reasonwire.workers.redis_slots`)."""
 
 READ_HASHES = _EPOCH_FIRST + """local out = {}
 for k = 2, #KEYS, 2 do

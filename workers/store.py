@@ -9,8 +9,10 @@ after publishing, and the offsets are committed after that.
 On a Redis Cluster (``REDIS_URL=redis-cluster://…``, :mod:`reasonwire.workers.redis_connect`) a
 transaction may touch one hash slot only: the same writes go as one transaction per slot
 (every key of a thread shares one, a run's journal has its own), in poll order within a
-slot, and a batch that ends a run waits for a replica's acknowledgement (``WAIT``) before
-its terminal event is published (:mod:`reasonwire.workers.redis_slots`).
+slot — a slot holding a fenced run's journal as one call of the fencing write script —, each
+master's writes followed by this process's write counter there (the rollback witness per
+shard, issue 24), and a batch that ends a run waits for a replica's acknowledgement (``WAIT``)
+before its terminal event is published (:mod:`reasonwire.workers.redis_slots`).
 
 Store loss (issue 13, finding 5). A Redis that restarts without its data (no
 persistence, ``SHUTDOWN NOSAVE`` without AOF, ``FLUSHALL``, a failover to an
@@ -37,12 +39,12 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from reasonwire.contracts.artefacts import ArtefactRecord
-from reasonwire.contracts.store import artefact_key, artefact_slot, ended_key, journal_key, thread_index_key, thread_runs_key
-from reasonwire.workers.core.fence import Witness, journal_complete
+from reasonwire.contracts.store import artefact_key, artefact_slot, ended_key, journal_key, shard_count_key, thread_index_key, thread_runs_key
+from reasonwire.workers.core.fence import Witness, Witnessed, journal_complete, shards_behind
 from reasonwire.workers.core.normalizer import HEAD_SEQ, JournalEntry, RunKey, Step
 from reasonwire.workers.core.wire import record_json
 from reasonwire.workers.redis_script import HEAD_FIELD, READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
-from reasonwire.workers.redis_slots import Op, SlotWriter, queue
+from reasonwire.workers.redis_slots import Fence, Op, SlotWriter, queue, slot_of, slot_tag
 
 _SSE_SEPARATOR = b"\x00"
 _HEAD = HEAD_FIELD.encode()
@@ -58,7 +60,7 @@ local id = redis.call('HGET', KEYS[1], 'id')
 if not id then
   redis.call('HSET', KEYS[1], 'id', ARGV[1], 'created_ms', ARGV[2])
   if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'lost_ms', ARGV[2]) end
-elseif id == ARGV[5] and tonumber(redis.call('HGET', KEYS[1], 'w') or '0') < tonumber(ARGV[4]) then
+elseif id == ARGV[5] and (ARGV[6] == '1' or tonumber(redis.call('HGET', KEYS[1], 'w') or '0') < tonumber(ARGV[4])) then
   redis.call('HSET', KEYS[1], 'id', ARGV[1], 'lost_ms', ARGV[2], 'rolled_back_ms', ARGV[2], 'w', ARGV[4])
 end
 return redis.call('HGETALL', KEYS[1])
@@ -67,7 +69,9 @@ return redis.call('HGETALL', KEYS[1])
 one atomic step, so racing workers all adopt the first one's epoch. ARGV[4] is the witness: the
 highest write count known acknowledged under the epoch id ARGV[5]. A store with that id and a
 lower count went back in time (restored from an older copy: it keeps its id); its epoch is
-replaced by a new one marked lost, whose count starts at the witness."""
+replaced by a new one marked lost, whose count starts at the witness. ARGV[6] '1': a shard of a
+Redis Cluster went back (its counters, ``workers/core/fence.py``): replace the epoch ARGV[5] all the
+same (only if it is still the store's: racing workers replace it once)."""
 
 
 class StoreLost(Exception):
@@ -95,9 +99,18 @@ class ArtefactStore:
         self.redis = redis
         self.artefact_ttl_s = artefact_ttl_s
         self.journal_ttl_s = journal_ttl_s
-        self.slot_writer = SlotWriter(redis, wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms) if isinstance(redis, RedisCluster) else None
-        """On a Redis Cluster: the poll's writes as one transaction per hash slot, then ``WAIT``
-        (:mod:`reasonwire.workers.redis_slots`); ``None`` on one server (one script call per poll)."""
+        self.witness = Witness(secrets.token_hex(4))
+        """The highest write count this process knows the store reached (its own writes, the
+        committed offsets' metadata): a store below it was restored from an older copy. On a
+        cluster also this process's own write count per master (its token names its counters)."""
+        self.slot_writer = (
+            SlotWriter(redis, wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms, token=self.witness.token, count_ttl_s=2 * journal_ttl_s)
+            if isinstance(redis, RedisCluster)
+            else None
+        )
+        """On a Redis Cluster: the poll's writes as one transaction (or fence script) per hash slot,
+        a count per master, then ``WAIT`` (:mod:`reasonwire.workers.redis_slots`); ``None`` on one
+        server (one script call per poll)."""
         self._writes = ServerScript(redis, WRITE_OPS)  # type: ignore[arg-type]
         self._reads = ServerScript(redis, READ_HASHES)  # type: ignore[arg-type]
         """On one server: a poll's writes, and its journal reads, as one ``EVALSHA`` each that
@@ -106,9 +119,9 @@ class ArtefactStore:
         """The epoch id this process works in; ``None`` (never claimed): no checks (tools, tests)."""
         self.lost_ms: int | None = None
         """When a worker last found this store had lost data (from the epoch hash)."""
-        self.witness = Witness()
-        """The highest write count this process knows the store reached (its own writes, the
-        committed offsets' metadata): a store below it was restored from an older copy."""
+        self._rolled_back: str | None = None
+        """A cluster: the epoch id under which a shard was found behind this process's count
+        there — the next :meth:`recover_from_loss` replaces that epoch by one marked lost."""
 
     async def aclose(self) -> None:
         """Close the client (and, on a cluster, the per-master connections of the slot writer)."""
@@ -126,17 +139,37 @@ class ArtefactStore:
         (start-up); a store behind the count of its own id was restored from an older copy, and
         gets a new epoch marked lost (issue 24 item 4)."""
         now_ms = str(int(time.time() * 1000))
+        rolled_back, self._rolled_back = self._rolled_back, None
         if witnessed is not None:  # start-up: the commits' counts, for the id the store has now
             current = await self.redis.hget(EPOCH_KEY, "id")
             if current is not None:
                 self.witness.adopt(current.decode(), witnessed.get(current.decode(), 0))
-        args = (secrets.token_hex(8), now_ms, "1" if lost else "0", self.witness.count, self.witness.epoch or "")
+                if await self._shards_behind(current.decode(), witnessed):
+                    rolled_back = current.decode()
+        if rolled_back is not None and rolled_back != self.witness.epoch:
+            self.witness.adopt(rolled_back, 0)
+        force = "1" if rolled_back is not None else "0"
+        args = (secrets.token_hex(8), now_ms, "1" if lost else "0", self.witness.count, self.witness.epoch or "", force)
         raw = await self.redis.eval(_CLAIM_EPOCH, 1, EPOCH_KEY, *args)  # type: ignore[misc]
         fields = dict(zip(raw[::2], raw[1::2], strict=True))
         self.epoch = fields[b"id"].decode()
         self.lost_ms = int(fields[b"lost_ms"]) if b"lost_ms" in fields else None
         self.witness.adopt(self.epoch, int(fields.get(b"w", b"0")))
         return self.epoch
+
+    async def _shards_behind(self, epoch: str, witnessed: dict[str, int]) -> bool:
+        """A cluster at start-up: whether a master's counter is below the count a worker committed
+        for it under ``epoch`` (the commits' metadata, :class:`Witnessed`) — a shard restored from
+        an older copy, or a replica promoted without the last writes."""
+        shards = [s for s in witnessed.shards if s.epoch == epoch] if isinstance(witnessed, Witnessed) else []
+        if self.slot_writer is None or not shards:
+            return False
+        keys = {(s.token, s.slot): shard_count_key(slot_tag(s.slot), s.token) for s in shards}
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys.values():
+            pipe.get(key)
+        stored = {pair: int(value or 0) for pair, value in zip(keys, await pipe.execute(), strict=True)}
+        return bool(shards_behind(shards, epoch, stored, int(time.time() * 1000), self.journal_ttl_s * 1000))
 
     async def recover_from_loss(self) -> str:
         """After :class:`StoreLost`: adopt the store's epoch (created here if missing) and make
@@ -226,15 +259,9 @@ class ArtefactStore:
         """The ops atomically with the epoch check: on one server one script call that writes
         nothing into a store whose epoch is missing or another, whose write count is below the
         witness, or where a fenced run moved (:class:`RunsMoved`); on a cluster one transaction
-        per hash slot with the epoch read after them (the epoch key has its own slot; the fence
-        and the witness are not checked there), and with ``wait`` a replica acknowledges before
-        this returns. Raises :class:`StoreLost`."""
+        per hash slot (:meth:`_write_slots`). Raises :class:`StoreLost`, :class:`RunsMoved`."""
         if self.slot_writer is not None:
-            # even with no ops: with ``wait`` a run that ends here waits for the replicas of the
-            # masters earlier polls wrote its artefacts to (SlotWriter.write)
-            await self.slot_writer.write(ops, wait=wait)
-            if self.epoch is not None and ops:
-                self._check_epoch(await self.redis.hget(EPOCH_KEY, "id"))
+            await self._write_slots(ops, wait=wait, fences=fences or {})
             return
         if not ops and not fences:
             return
@@ -246,6 +273,39 @@ class ArtefactStore:
         if reply[0] == 2:
             raise RunsMoved([runs[i - 1] for i in reply[1:]])
         self.witness.saw(int(reply[1]))
+
+    async def _write_slots(self, ops: list[Op], *, wait: bool, fences: dict[RunKey, tuple[str, str]]) -> None:
+        """:meth:`_write` on a Redis Cluster: one transaction per hash slot, a slot holding a fenced
+        run's journal written by the fence script (the run's keys share one slot), this process's
+        count incremented on every master written to, the epoch read after them (its key has its
+        own slot), and with ``wait`` a replica's acknowledgement. Unlike one server, a refused run
+        does not stop the other slots' writes: what lands is the moved run's thread artefacts
+        (values derived from the same records) and the other runs' journals, which the redo finds."""
+        assert self.slot_writer is not None
+        runs = list(fences)
+        guards = [Fence(journal_key(r.tenant, r.run_id), ended_key(r.tenant, r.run_id), *fences[r]) for r in runs]
+        counted = self.epoch is not None
+        # even with no ops: with ``wait`` a run that ends here waits for the replicas of the
+        # masters earlier polls wrote its artefacts to (SlotWriter.write)
+        done = await self.slot_writer.write_guarded(ops, wait=wait, fences=guards, count=counted, journal_ttl_s=self.journal_ttl_s)
+        if counted:
+            self._check_counts({slot: count - 1 for slot, count in done.counts.items()})
+            if ops or guards:
+                self._check_epoch(await self.redis.hget(EPOCH_KEY, "id"))
+            now_ms = int(time.time() * 1000)
+            for slot, count in done.counts.items():
+                self.witness.saw_shard(slot, count, now_ms)
+        if done.moved:
+            raise RunsMoved([runs[i] for i in done.moved])
+
+    def _check_counts(self, counts: dict[int, int]) -> None:
+        """A cluster: each master's count of this process's writes (before this write, or as read)
+        must not be below what this process saw acknowledged there — else that shard went back
+        (a lagging replica promoted, a restored copy) and the epoch is replaced, marked lost."""
+        now_ms = int(time.time() * 1000)
+        if any(self.witness.shard_behind(slot, count, now_ms, self.journal_ttl_s * 1000) for slot, count in counts.items()):
+            self._rolled_back = self.witness.epoch
+            raise StoreLost
 
     async def probe(self) -> None:
         """A write that writes nothing: the write script with no ops, refused exactly when a
@@ -287,12 +347,30 @@ class ArtefactStore:
         for journal, ended in pairs:
             pipe.hgetall(journal)
             pipe.get(ended)
+        counters = self._count_keys([journal for journal, _ in pairs]) if self.epoch is not None else {}
+        for key in counters.values():
+            pipe.get(key)
         if self.epoch is not None:
             pipe.hget(EPOCH_KEY, "id")
         replies = await pipe.execute()
         if self.epoch is not None:
             self._check_epoch(replies[-1])
+            read = replies[2 * len(pairs) : 2 * len(pairs) + len(counters)]
+            self._check_counts({slot: int(value or 0) for slot, value in zip(counters, read, strict=True)})
         return [(_journal_entries(replies[2 * i].items()), replies[2 * i + 1] or False) for i in range(len(runs))]
+
+    def _count_keys(self, keys: Sequence[str]) -> dict[int, str]:
+        """A cluster: this process's counter key on each master serving ``keys`` where it has
+        counted writes (anchor slot → key): a journal read from a shard that went back is refused."""
+        assert self.slot_writer is not None
+        out: dict[int, str] = {}
+        if not self.witness.shards:  # nothing written yet: nothing to judge a shard by
+            return out
+        for slot in {slot_of(key) for key in keys}:
+            anchor, key = self.slot_writer.count_key(slot)
+            if anchor in self.witness.shards:
+                out[anchor] = key
+        return out
 
     async def thread_artefacts(self, tenant: str, thread_id: str) -> list[ArtefactRecord]:
         """A thread's artefacts in arrival order (what a replay reads)."""

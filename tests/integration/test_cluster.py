@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import subprocess
 import time
 import uuid
@@ -29,18 +30,20 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, ResponseError
 
 from reasonwire.contracts import topic_plan, topics
-from reasonwire.contracts.store import journal_key, thread_index_key
-from tests.integration.conftest import ROOT, WorkerProcess
+from reasonwire.contracts.store import ended_key, journal_key, thread_index_key
+from tests.integration.conftest import ROOT, WorkerProcess, fresh_store_epoch
 from tests.integration.test_normalizer_worker import FIXTURES, _assert_nothing_lost, _half_then_rest, _offline, _run
-from reasonwire.workers.core.normalizer import JournalEntry, RunKey, Step
+from reasonwire.workers.core.normalizer import JournalEntry, Normalizer, RunInput, RunKey, Step
 from reasonwire.workers.redis_connect import connect
 from reasonwire.workers.redis_slots import SlotWriter, slot_of
 from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.store import ArtefactStore
+from reasonwire.workers.store import EPOCH_KEY, ArtefactStore
 from reasonwire.workers.topics_admin import apply
 
 REDIS_CLUSTER = os.environ.get("RW_TEST_REDIS_CLUSTER")
@@ -242,3 +245,289 @@ async def test_kafka_broker_killed_mid_stream_loses_nothing(cluster_worker: Any,
     _assert_nothing_lost(c, runs)
     assert worker.proc.poll() is None  # carried on
     print(f"kafka broker kill: {len(runs)} runs complete in {time.monotonic() - started:.1f}s")
+
+
+# -- issue 24 on a cluster: the fence and the per-shard rollback witness ------------------------
+
+
+def _store(cluster: Any) -> ArtefactStore:
+    return ArtefactStore(cluster, artefact_ttl_s=60, journal_ttl_s=60)
+
+
+async def _closed(*stores: ArtefactStore) -> None:
+    """The stores' own per-master connections (the cluster client is closed by ``_cluster``)."""
+    for store in stores:
+        if store.slot_writer is not None:
+            await store.slot_writer.aclose()
+
+
+def _run_on(cluster: Any, tag: str, *, away_from: str) -> tuple[Any, list[Any]]:
+    """A run (fixture records) whose journal lives on another master than the key ``away_from``
+    (the epoch hash): a shard going back there is invisible to the epoch's own count."""
+    from tests.integration.test_fence import _runs
+
+    avoid = cluster.get_node_from_key(away_from).name
+    while True:
+        [(run, records)] = _runs(tag, 1)
+        if cluster.get_node_from_key(journal_key(run.tenant, run.run_id)).name != avoid:
+            return run, records
+
+
+@needs_redis_cluster
+async def test_on_a_cluster_a_stale_copy_cannot_end_a_run_another_worker_finished_issue24_item3() -> None:
+    """The fence on a Redis Cluster: worker B restores a run from its journal and finishes it; A's
+    stale copy expires it. A's write is refused with ``RunsMoved`` by the per-slot fence script
+    (the run's journal and ended marker share a slot) — nothing of it written, its ``RUN_ERROR``
+    never sent. Main wrote it on a cluster (the fence was checked on one server only)."""
+    from reasonwire.workers.store import RunsMoved
+    from tests.integration.test_fence import _raw, _runs, _step_and_store
+
+    async with _cluster() as cluster:
+        [(run, records)] = _runs("moved-cluster", 1)
+        a_store, b_store = _store(cluster), _store(cluster)
+        await a_store.claim_epoch(lost=False)
+        await b_store.claim_epoch(lost=False)
+        a, b = Normalizer(), Normalizer()
+        a.token, b.token = "a", "b"
+        half = len(records) // 2
+        try:
+            await _step_and_store(a, a_store, _raw(run, records[:half], 0, 100))
+            b_steps = await _step_and_store(b, b_store, _raw(run, records[half:], 5, 0))  # the run's new partition
+            assert any(s.run_ended for s in b_steps)
+            await b_store.close_runs(b_steps)
+            [expiry] = a.expire(now=1e9, timeout_s=1)  # A's stale copy times out
+            assert any(b'"RUN_ERROR"' in o.value for o in expiry.outbound)
+            with pytest.raises(RunsMoved) as refused:
+                await a_store.apply([expiry])
+            assert refused.value.runs == [expiry.run]
+            assert await cluster.hget(journal_key(run.tenant, run.run_id), "-1") is None  # nothing of it written
+        finally:
+            await cluster.delete(journal_key(run.tenant, run.run_id))
+            await cluster.delete(ended_key(run.tenant, run.run_id))
+            await _closed(a_store, b_store)
+
+
+@needs_redis_cluster
+async def test_on_a_cluster_a_zombie_write_is_refused_and_a_redo_from_the_journal_agrees_issue24_item2() -> None:
+    """Both workers hold the run; B writes first. A's write (the next records, from its stale copy)
+    is refused on the cluster; A drops its copy, restores from the journal as B left it and derives
+    the same outputs as an undisturbed run — beside a run of another slot whose write in the same
+    poll went through (a refused slot does not make the other slots' writes wrong)."""
+    from reasonwire.workers.store import RunsMoved
+    from tests.integration.test_fence import _raw, _runs, _step_and_store
+
+    async with _cluster() as cluster:
+        (run, records), (other, other_records) = _runs("race-cluster", 2)
+        a_store, b_store = _store(cluster), _store(cluster)
+        await a_store.claim_epoch(lost=False)
+        await b_store.claim_epoch(lost=False)
+        a, b = Normalizer(), Normalizer()
+        a.token, b.token = "a", "b"
+        try:
+            await _step_and_store(a, a_store, _raw(run, records[:3], 0, 0))
+            await _step_and_store(b, b_store, _raw(run, records[:5], 0, 0))  # B redoes and goes on
+            items = [a.route(r) for r in _raw(run, records[3:5], 0, 3) + _raw(other, other_records[:2], 1, 0)]
+            stale = [a.accept(i) for i in items if isinstance(i, RunInput)]
+            with pytest.raises(RunsMoved) as refused:
+                await a_store.apply(stale)
+            assert refused.value.runs == [stale[0].run]
+            assert sorted(int(f) for f in await cluster.hkeys(journal_key(other.tenant, other.run_id))) == [-3, 0, 1]
+            a.forget_runs([stale[0].run])  # what the worker's rewind does
+            redone = await _step_and_store(a, a_store, _raw(run, records[5:7], 0, 5))
+            reference = Normalizer()
+            ref_steps = [reference.accept(i) for i in (reference.route(r) for r in _raw(run, records[:7], 0, 0)) if isinstance(i, RunInput)]
+            assert [o for s in redone for o in s.outbound] == [o for s in ref_steps[5:7] for o in s.outbound]
+        finally:
+            for r in (run, other):
+                await cluster.delete(journal_key(r.tenant, r.run_id))
+                await cluster.delete(ended_key(r.tenant, r.run_id))
+            await _closed(a_store, b_store)
+
+
+def _redis_pid(port: int) -> int:
+    state = os.environ.get("RW_TEST_CLUSTER_STATE") or os.environ.get("RW_STATE", "/tmp/reasonwire-services")
+    return int((Path(state) / "redis-cluster" / str(port) / "redis.pid").read_text().split()[0])
+
+
+async def _until(check: Any, timeout: float = 30.0) -> Any:
+    """Retry ``check`` (async, returning a truthy value) until it does, through a failover's errors."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = await check()
+            if value:
+                return value
+        except (RedisClusterException, ResponseError, ConnectionError, OSError, redis_errors.ConnectionError, redis_errors.TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.3)
+
+
+@needs_redis_cluster
+async def test_a_replica_promoted_without_the_last_writes_is_detected_before_a_run_resumes_issue24_item4() -> None:
+    """The realistic rollback of one shard: its replica is cut off (link dropped, process stopped),
+    the master acknowledges more of a run's journal, dies (SIGKILL), and the replica is promoted
+    without those writes. The epoch hash lives on another shard and is intact; the store's count
+    of its own writes on that master is what gives it away: the next journal read and write raise
+    ``StoreLost``, and the recovery replaces the epoch with one marked lost, so the run is not
+    resumed from the journal that went back (main read it as intact)."""
+    from reasonwire.workers.store import StoreLost
+    from tests.integration.test_fence import _raw, _step_and_store
+
+    async with _cluster() as cluster:
+        await fresh_store_epoch(REDIS_CLUSTER or "")
+        store = _store(cluster)
+        old = await store.claim_epoch(lost=False)
+        run, records = _run_on(cluster, "promoted", away_from=EPOCH_KEY)
+        victim = cluster.get_node_from_key(journal_key(run.tenant, run.run_id))
+        master = Redis(host=victim.host, port=victim.port)
+        replica_host, replica_port = await _until(lambda: _online_replica(master), timeout=60)  # a node killed by an earlier test may still be joining
+        n = Normalizer()
+        try:
+            await _step_and_store(n, store, _raw(run, records[:4], 0, 0))
+            await asyncio.sleep(0.5)  # the replica has those
+            replica_pid = _redis_pid(replica_port)
+            os.kill(replica_pid, signal.SIGSTOP)
+            try:
+                await master.execute_command("CLIENT", "KILL", "TYPE", "replica")  # the link drops
+                await _step_and_store(n, store, _raw(run, records[4:8], 0, 4))  # acknowledged by the master alone
+                assert _entries(await master.hkeys(journal_key(run.tenant, run.run_id))) == set(range(8))
+                _cluster_sh("kill-redis", str(victim.port))
+            finally:
+                os.kill(replica_pid, signal.SIGCONT)
+            promoted = Redis(host=replica_host, port=replica_port)
+            await _until(lambda: _is_master(promoted), timeout=40)
+            journal_now = await _until(lambda: promoted.hkeys(journal_key(run.tenant, run.run_id)))
+            assert _entries(journal_now) == set(range(4))  # the shard went back
+            await _until(lambda: _read_answers(store, run), timeout=40)
+            with pytest.raises(StoreLost):
+                await store.load_journals([n.route(_raw(run, records[8:9], 0, 8)[0]).run])  # type: ignore[union-attr]
+            with pytest.raises(StoreLost):
+                await store.apply([Step(run=RunKey(run.tenant, run.run_id), journal_append=JournalEntry(8, b"{}"))])
+            assert await store.recover_from_loss() != old and store.lost_ms is not None and store.loss_window()
+            journal, ended = await store.load_journal(RunKey(run.tenant, run.run_id))
+            assert not store.journal_intact(journal, ended, 8)  # the run is refused (store_lost), not renumbered
+            await promoted.aclose()
+        finally:
+            await master.aclose()
+            _cluster_sh("up", "--redis-cluster")  # the killed node comes back (as a replica)
+            await _until(lambda: _deleted(cluster, journal_key(run.tenant, run.run_id)), timeout=40)
+            await _closed(store)
+            await fresh_store_epoch(REDIS_CLUSTER or "")
+
+
+async def _online_replica(master: Redis) -> tuple[str, int] | None:
+    """The master's replica once it is attached and synced (``INFO replication``: ``state=online``)."""
+    info = await master.info("replication")
+    replica = info.get("slave0")
+    if isinstance(replica, dict) and replica.get("state") == "online":
+        return str(replica["ip"]), int(replica["port"])
+    return None
+
+
+def _entries(fields: list[bytes]) -> set[int]:
+    """A journal's record entries (negative fields are bookkeeping: the head, an expiry)."""
+    return {int(f) for f in fields if int(f) >= 0}
+
+
+async def _is_master(client: Redis) -> bool:
+    return (await client.execute_command("ROLE"))[0] == b"master"
+
+
+async def _read_answers(store: ArtefactStore, run: Any) -> bool:
+    """True once a journal read gets past the failover's connection errors to the store's verdict
+    (the journal, or ``StoreLost``: the assertions after this say which)."""
+    from reasonwire.workers.store import StoreLost
+
+    with contextlib.suppress(StoreLost):
+        await store.load_journal(RunKey(run.tenant, run.run_id))
+    return True
+
+
+async def _deleted(cluster: Any, *keys: str) -> bool:
+    for key in keys:
+        await cluster.delete(key)
+    return True
+
+
+async def _snapshot(shard: Redis) -> dict[bytes, tuple[bytes, int]]:
+    """Every key on one master, as ``DUMP`` and its TTL: the shard's backup (an RDB/AOF copy)."""
+    out = {}
+    async for key in shard.scan_iter(count=1000):
+        blob, ttl = await shard.dump(key), await shard.pttl(key)
+        if blob is not None and ttl != -2:
+            out[key] = (blob, max(ttl, 0))
+    return out
+
+
+async def _put_back(shard: Redis, copy: dict[bytes, tuple[bytes, int]]) -> None:
+    """The master restarted from the older copy: keys made since are gone, the rest as they were."""
+    async for key in shard.scan_iter(count=1000):
+        if key not in copy:
+            await shard.delete(key)
+    for key, (blob, ttl) in copy.items():
+        await shard.restore(key, ttl, blob, replace=True)
+
+
+@needs_redis_cluster
+async def test_a_shard_restored_from_an_older_copy_is_detected_at_start_up_and_its_runs_refused_issue24_item4(
+    primed_group: WorkerSettings, producer: AIOKafkaProducer
+) -> None:
+    """A worker on a Redis Cluster; a run goes on after a copy of ONE shard (the master holding the
+    run's journal, not the epoch hash) is taken; that shard is put back to the copy and a worker
+    starts. The counts committed with the offsets (the first worker's writes per master) are above
+    the shard's counter: the new worker replaces the epoch (marked lost) and refuses the run's later
+    records ``store_lost`` instead of translating them from the old journal — main took the store
+    for intact and ended the run ``sequence_gap`` on a number already published."""
+    from reasonwire.workers.normalize import create_app
+    from reasonwire.workers.telemetry import setup_telemetry
+    from tests.integration.conftest import Collector, send
+    from tests.integration.test_fence import _one_number_one_event
+
+    await fresh_store_epoch(REDIS_CLUSTER or "")
+    settings = _with(primed_group, redis_url=REDIS_CLUSTER, inactivity_timeout_s=120, health_port=0)
+    async with _cluster() as cluster:
+        run, records = _run_on(cluster, "restored-shard", away_from=EPOCH_KEY)
+        node = cluster.get_node_from_key(journal_key(run.tenant, run.run_id))
+    shard = Redis(host=node.host, port=node.port)
+    third = len(records) // 3
+    telemetry = setup_telemetry(install_global=False, env={})
+    app, _ = create_app(settings, telemetry)
+    try:
+        await app.start()
+        await send(producer, records[:third])
+        async with Collector(settings.kafka_bootstrap_servers) as c:
+            await c.until(lambda c: len(c.events.get(run.run_id, {})) >= 3, timeout=60)
+            await asyncio.sleep(1.0)  # committed
+        copy = await _snapshot(shard)  # the shard's backup
+        await send(producer, records[third : 2 * third])
+        deadline = time.monotonic() + 30
+        while len(_entries(await shard.hkeys(journal_key(run.tenant, run.run_id)))) < 2 * third and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1.5)  # the polls commit, with the per-master counts in their metadata
+    finally:
+        await app.stop()
+    await _put_back(shard, copy)  # that master restarted from the older copy
+    assert len(_entries(await shard.hkeys(journal_key(run.tenant, run.run_id)))) < 2 * third
+
+    app, worker = create_app(settings, telemetry)
+    try:
+        await app.start()
+        await send(producer, records[2 * third :])
+        rest = {r.key for r in records[2 * third :]}
+        async with Collector(settings.kafka_bootstrap_servers) as c:
+            lost = lambda c: sum(1 for k, _, h in c.dlq if k in rest and h.get("rw-dlq-code") == "store_lost")  # noqa: E731
+            with contextlib.suppress(AssertionError):
+                await c.until(lambda c: lost(c) >= len(records) - 2 * third or c.finished(run.run_id), timeout=45)
+            await asyncio.sleep(1.5)
+            await c.until(lambda c: True)
+    finally:
+        await app.stop()
+        telemetry.log_guard.uninstall()
+        await shard.aclose()
+        await fresh_store_epoch(REDIS_CLUSTER or "")
+    _one_number_one_event(c, [(run, records)])
+    assert lost(c) == len(records) - 2 * third  # refused, every later record accounted for
+    assert worker.store.lost_ms is not None

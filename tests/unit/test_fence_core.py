@@ -10,7 +10,10 @@ import pytest
 from redis.asyncio import Redis
 
 from reasonwire.workers.core import normalizer as core
-from reasonwire.workers.core.fence import SilenceClock, Witness, fence_accepts, journal_complete, next_head, parse_metadata, stalled, witnessed
+from reasonwire.workers.core.fence import (
+    MAX_METADATA_SHARDS, ShardCount, SilenceClock, Witness, fence_accepts, journal_complete, next_head, parse_metadata, parse_shards, shards_behind, stalled,
+    witnessed,
+)
 from reasonwire.workers.core.normalizer import Ended, JournalEntry, Normalizer, RawRecord, RunInput, Step
 from reasonwire.workers.ingress import RunEnvelope, raw_records
 from reasonwire.workers.normalize import NormalizerWorker
@@ -139,6 +142,37 @@ def test_the_witness_counts_per_epoch_and_rides_in_the_commit_metadata_issue24_i
     assert w.count == 3
     assert witnessed(["rw-w=e1:9", "rw-w=e1:4", b"rw-w=e2:2", "", None, "other"]) == {"e1": 9, "e2": 2}
     assert journal_complete([0, 1, -1, -3], 2) and not journal_complete([1], 2)
+
+
+def test_on_a_cluster_the_witness_keeps_its_own_count_per_master_and_commits_it_issue24_item4() -> None:
+    """A Redis Cluster: a shard can go back alone (its replica promoted without the last writes)
+    while the epoch hash, elsewhere, is intact. The witness keeps this worker's count per master
+    (anchor slot), dated; the commits carry them, and a start-up finds a shard below one."""
+    w = Witness("tok")
+    w.adopt("e1", 0)
+    w.saw_shard(0, 5, 1_000_000)
+    w.saw_shard(5461, 7, 1_004_000)
+    w.saw_shard(0, 4, 1_004_000)  # never lower: a late reply does not lower the witness
+    meta = w.metadata()
+    assert meta == "rw-w=e1:0|tok@1004000|0=5~0,5461=7~0" or meta == "rw-w=e1:0|tok@1004000|5461=7~0,0=5~0"
+    assert parse_metadata(meta) == ("e1", 0)  # the one-server part reads as before
+    assert sorted(parse_shards(meta), key=lambda s: s.slot) == [ShardCount("e1", "tok", 0, 5, 1_004_000), ShardCount("e1", "tok", 5461, 7, 1_004_000)]
+    hour = 3_600_000
+    assert w.shard_behind(5461, 6, 1_005_000, hour) and not w.shard_behind(5461, 7, 1_005_000, hour)
+    assert not w.shard_behind(10923, 0, 1_005_000, hour)  # never written there: nothing to judge
+    assert not w.shard_behind(5461, 0, 1_004_000 + hour, hour)  # older than the journals: its counter may have expired
+    seen = witnessed([meta, "rw-w=e1:3|tok@1000000|5461=2~0", "rw-w=e1:1|other@1000000|0=9~1"])
+    assert seen == {"e1": 3}
+    assert sorted((s.token, s.slot, s.count, s.seen_ms) for s in seen.shards) == [("other", 0, 9, 999_000), ("tok", 0, 5, 1_004_000), ("tok", 5461, 7, 1_004_000)]
+    behind = shards_behind(seen.shards, "e1", {("tok", 0): 5, ("tok", 5461): 3, ("other", 0): 9}, 1_005_000, hour)
+    assert [(s.token, s.slot) for s in behind] == [("tok", 5461)]
+    assert shards_behind(seen.shards, "e2", {}, 1_005_000, hour) == []  # a count only witnesses its own epoch
+    w.adopt("e2", 0)  # a new epoch: the counts start again (a rolled-back shard is not judged twice)
+    assert w.shards == {} and w.metadata() == "rw-w=e2:0"
+    for slot in range(MAX_METADATA_SHARDS + 10):
+        w.saw_shard(slot, 10**9, 10**13)
+    assert len(parse_shards(w.metadata())) == MAX_METADATA_SHARDS and len(w.metadata()) < 4096  # Kafka's offset.metadata.max.bytes
+    assert parse_shards("rw-w=e1:0|tok@x|1=2") == [] and parse_shards("rw-w=e1:0") == []
 
 
 def test_a_run_restored_in_a_loss_window_is_refused_on_a_gap_not_renumbered_issue24_item4() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from reasonwire.contracts.store import artefact_key, ended_key, journal_key, thread_index_key, thread_runs_key
 from reasonwire.workers.redis_connect import cluster_nodes, wants_cluster
-from reasonwire.workers.redis_slots import Op, group_by_slot, slot_of
+from reasonwire.workers.redis_slots import Op, SlotWrite, group_by_slot, slot_of, slot_tag
 
 
 def test_every_key_of_a_thread_shares_a_slot_and_a_run_journal_its_own() -> None:
@@ -55,6 +55,10 @@ class _RecordingSlotWriter:
         self.calls.append((list(ops), wait))
         return []
 
+    async def write_guarded(self, ops: Any, *, wait: bool, fences: Any = (), count: bool = False, journal_ttl_s: int = 0) -> SlotWrite:
+        self.calls.append((list(ops), wait))
+        return SlotWrite([])
+
 
 def test_on_a_cluster_a_poll_that_only_ends_a_run_still_waits_for_replicas_issue16() -> None:
     """An ``abort`` or ``end`` record alone in a poll writes nothing, but the run's artefacts went
@@ -74,3 +78,15 @@ def test_on_a_cluster_a_poll_that_only_ends_a_run_still_waits_for_replicas_issue
     assert writer.calls == [([], True)]
     asyncio.run(store.apply([Step(run=RunKey("acme", "run-2"))]))  # nothing to write, nothing ends
     assert writer.calls[1:] in ([], [([], False)])
+
+
+def test_a_slot_tag_hashes_to_its_slot_so_a_masters_counter_lives_on_it_issue24() -> None:
+    """The per-master write counter (the rollback witness on a cluster) lives in the master's
+    lowest slot: its key's tag must hash there, the same for every worker."""
+    from reasonwire.contracts.store import shard_count_key
+
+    for slot in (0, 1, 5461, 10923, 16383):
+        assert slot_of(shard_count_key(slot_tag(slot), "ab12")) == slot
+    assert slot_tag(5461) == slot_tag(5461)
+    with pytest.raises(ValueError):
+        slot_tag(16384)

@@ -29,16 +29,28 @@ that the adapter (``workers/normalize.py``) and the store's write script only pe
   metadata of every offset commit. A store whose count is below the highest count the worker
   has seen — its own writes, or the committed metadata read at start-up — went back in time
   (a restored backup, an old AOF, a promoted lagging replica): it is treated as a store that
-  lost data before anything is read from it or written into it.
+  lost data before anything is read from it or written into it. On a Redis Cluster one shard can
+  go back alone (its replica promoted without the master's last writes) while the epoch hash, on
+  another shard, stays intact: there each worker also counts its own writes *per master*
+  (:class:`ShardCount`, a counter key on that master incremented after the poll's writes to it,
+  on the same connection), and the witness keeps those counts too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Final
 
 COMMIT_METADATA_PREFIX: Final = "rw-w="
-"""Offset-commit metadata: ``rw-w=<store epoch id>:<store write count>`` (Kafka keeps it beside the offset)."""
+"""Offset-commit metadata: ``rw-w=<store epoch id>:<store write count>`` (Kafka keeps it beside the
+offset), on a Redis Cluster followed by ``|<worker token>@<ms>|<slot>=<count>~<age s>,…``: the
+worker's own write count per master, each master named by the *anchor* slot its counter key lives
+in, and when the worker last saw each (``<ms>`` minus its age; :class:`ShardCount`)."""
+
+MAX_METADATA_SHARDS: Final = 64
+"""At most this many per-master counts ride in one commit's metadata (Kafka's default
+``offset.metadata.max.bytes`` is 4096; 64 counts take under 1.2 kB): the most recently written win."""
 
 
 class SilenceClock:
@@ -115,20 +127,76 @@ def fence_accepts(current: str, expected: str, new: str, ended: bool) -> bool:
     return not ended and current in (expected, new)
 
 
+@dataclass(frozen=True)
+class ShardCount:
+    """One worker's write count on one Redis Cluster master, as a commit's metadata carries it.
+
+    The counter key lives in the master's *anchor* slot (the lowest slot it serves) and is named
+    by the worker's token; the worker increments it after its writes to that master, on the same
+    connection, so a copy of the shard holding count ``n`` holds every write the worker made there
+    before its ``n``-th increment (a replica, an AOF, a snapshot are prefixes of the master's
+    history). A shard whose counter is below a count the worker saw went back in time. ``seen_ms``
+    (wall clock) dates the count: the counter key expires (twice the journal TTL after its last
+    increment), so a count older than the journal TTL is not judged — nothing it witnessed is left."""
+
+    epoch: str
+    token: str
+    slot: int
+    count: int
+    seen_ms: int
+
+
+class Witnessed(dict[str, int]):
+    """:func:`witnessed`'s answer: per epoch id the highest store write count (one server), and in
+    :attr:`shards` the per-master counts of a Redis Cluster, highest per (epoch, token, slot)."""
+
+    def __init__(self, counts: Mapping[str, int] | None = None, shards: Iterable[ShardCount] = ()) -> None:
+        super().__init__(counts or {})
+        self.shards: list[ShardCount] = list(shards)
+
+
+def shards_behind(shards: Iterable[ShardCount], epoch: str, stored: Mapping[tuple[str, int], int], now_ms: int, horizon_ms: int) -> list[ShardCount]:
+    """The witnessed per-master counts a cluster went back from: of epoch ``epoch``, seen within
+    ``horizon_ms`` (the journal TTL) of ``now_ms``, above the counter the store holds now
+    (``stored``: (token, slot) → count; a missing key counts 0)."""
+    return [s for s in shards if s.epoch == epoch and now_ms - s.seen_ms < horizon_ms and stored.get((s.token, s.slot), 0) < s.count]
+
+
 class Witness:
     """The highest write count this worker knows the store reached under one epoch id (see the
     module doc). A count only witnesses its own epoch: a store whose id changed is a store that
-    lost its data (the epoch check), not one that went back in time."""
+    lost its data (the epoch check), not one that went back in time.
 
-    def __init__(self) -> None:
+    On a Redis Cluster the count of the epoch hash says nothing about the other shards; there
+    :attr:`shards` keeps, per master (its anchor slot), this worker's own write count there and
+    when it was seen (:class:`ShardCount`)."""
+
+    def __init__(self, token: str = "") -> None:
         self.epoch: str | None = None
         self.count = 0
+        self.token = token
+        """This worker's name in its per-master counter keys (a cluster only)."""
+        self.shards: dict[int, tuple[int, int]] = {}
+        """Anchor slot → (this worker's count on that master, wall-clock ms it was seen)."""
 
     def adopt(self, epoch: str, count: int) -> None:
-        """The store's epoch as claimed: a new id starts its own count."""
+        """The store's epoch as claimed: a new id starts its own counts (a cluster's counters go
+        on, but what they were before the new epoch is no longer witnessed)."""
         if epoch != self.epoch:
             self.epoch, self.count = epoch, 0
+            self.shards = {}
         self.saw(count)
+
+    def saw_shard(self, slot: int, count: int, now_ms: int) -> None:
+        """A cluster master answered an increment of this worker's counter with ``count``."""
+        before = self.shards.get(slot, (0, 0))[0]
+        self.shards[slot] = (max(before, count), now_ms)
+
+    def shard_behind(self, slot: int, count: int, now_ms: int, horizon_ms: int) -> bool:
+        """Whether a master whose counter (before this worker's increment, or as read) is ``count``
+        lost writes this worker saw acknowledged there within ``horizon_ms`` (the journal TTL)."""
+        seen = self.shards.get(slot)
+        return seen is not None and now_ms - seen[1] < horizon_ms and count < seen[0]
 
     def saw(self, count: int | None) -> None:
         if count is not None and count > self.count:
@@ -139,26 +207,63 @@ class Witness:
         return epoch == self.epoch and store_count < self.count
 
     def metadata(self) -> str:
-        """What each offset commit carries: ``rw-w=<epoch id>:<count>``."""
-        return f"{COMMIT_METADATA_PREFIX}{self.epoch or ''}:{self.count}"
+        """What each offset commit carries: ``rw-w=<epoch id>:<count>``, and on a cluster this
+        worker's per-master counts (``|<token>@<ms>|<slot>=<count>~<age s>,…``, the newest first)."""
+        base = f"{COMMIT_METADATA_PREFIX}{self.epoch or ''}:{self.count}"
+        if not self.shards or not self.token:
+            return base
+        newest = sorted(self.shards.items(), key=lambda item: -item[1][1])[:MAX_METADATA_SHARDS]
+        seen_ms = newest[0][1][1]
+        return f"{base}|{self.token}@{seen_ms}|" + ",".join(f"{slot}={count}~{(seen_ms - ms) // 1000}" for slot, (count, ms) in newest)
 
 
-def parse_metadata(metadata: str | bytes | None) -> tuple[str, int] | None:
-    """(epoch id, store write count) from one commit's metadata (``None``: none, or not ours)."""
+def _parts(metadata: str | bytes | None) -> list[str] | None:
     if isinstance(metadata, bytes):
         metadata = metadata.decode("ascii", "replace")
     if not metadata or not metadata.startswith(COMMIT_METADATA_PREFIX):
         return None
-    epoch, _, count = metadata[len(COMMIT_METADATA_PREFIX) :].rpartition(":")
+    return metadata[len(COMMIT_METADATA_PREFIX) :].split("|")
+
+
+def parse_metadata(metadata: str | bytes | None) -> tuple[str, int] | None:
+    """(epoch id, store write count) from one commit's metadata (``None``: none, or not ours)."""
+    parts = _parts(metadata)
+    if parts is None:
+        return None
+    epoch, _, count = parts[0].rpartition(":")
     return (epoch, int(count)) if epoch and count.isdigit() else None
 
 
-def witnessed(commits: Iterable[str | bytes | None]) -> dict[str, int]:
-    """Per epoch id, the highest write count the commits' metadata carry."""
-    out: dict[str, int] = {}
+def parse_shards(metadata: str | bytes | None) -> list[ShardCount]:
+    """The per-master counts of one commit's metadata (a cluster; ``[]`` when none, or malformed)."""
+    parsed, parts = parse_metadata(metadata), _parts(metadata)
+    if parsed is None or parts is None or len(parts) != 3:
+        return []
+    token, _, seen = parts[1].rpartition("@")
+    if not token or not seen.isdigit():
+        return []
+    out = []
+    for item in parts[2].split(","):
+        slot, _, rest = item.partition("=")
+        count, _, age = rest.partition("~")
+        if slot.isdigit() and count.isdigit() and (age.isdigit() or not age):
+            out.append(ShardCount(parsed[0], token, int(slot), int(count), int(seen) - 1000 * int(age or 0)))
+    return out
+
+
+def witnessed(commits: Iterable[str | bytes | None]) -> Witnessed:
+    """Per epoch id, the highest write count the commits' metadata carry; on a cluster also the
+    per-master counts (:attr:`Witnessed.shards`), the highest per (epoch, token, slot)."""
+    out = Witnessed()
+    shards: dict[tuple[str, str, int], ShardCount] = {}
     for metadata in commits:
         parsed = parse_metadata(metadata)
         if parsed is not None:
             epoch, count = parsed
             out[epoch] = max(count, out.get(epoch, 0))
+        for shard in parse_shards(metadata):
+            key = (shard.epoch, shard.token, shard.slot)
+            if key not in shards or shard.count > shards[key].count:
+                shards[key] = shard
+    out.shards = list(shards.values())
     return out
