@@ -815,22 +815,33 @@ def run(settings: WorkerSettings | None = None) -> None:
         asyncio.run(app.run())
 
 
-GC_GEN0_THRESHOLD = 2_000
+GC_GEN0_THRESHOLD = 20_000
 """Container allocations (net of frees) between two young collections; CPython's default is 700."""
 
 
 def tune_gc() -> None:
-    """Keep the garbage collector out of the latency tail (issue 17, docs/benchmarks.md).
+    """Keep the garbage collector off the CPU and out of the latency tail (issues 17 and 27).
 
-    Once started, the worker holds ~180 000 long-lived objects (modules, translators' tables,
+    Once started, the worker holds ~90 000 long-lived objects (modules, translators' tables,
     clients). CPython's full collection walks all of them: 0.1–0.5 s paused twice per ~30 000
     raw records with the default thresholds. After start-up everything alive is moved out of
     the collector's sight (``gc.freeze``: never scanned, never freed — it lives as long as the
-    process anyway). Young collections come every 2 000 net allocations: a young collection's
-    pause grows with the objects it examines — 37–130 ms at 20 000 (the former setting: the
-    worst single pause of a latency round, its p99), ~5 ms at 2 000, ~1.5 ms at CPython's 700
-    with more frequent middle and full ones; 2 000 spent the least time collecting of the
-    three, at the same throughput (the "fourth pass" in docs/benchmarks.md)."""
+    process anyway).
+
+    Young collections come every 20 000 net allocations. A record's garbage is freed by
+    reference counting (a live drain of 43 000 raw records left ~800 objects in cycles), so
+    a collection finds almost nothing and costs what it examines: the young objects still
+    alive, i.e. the polls in flight. Stepping a poll allocates a few thousand such objects at
+    once (:func:`~reasonwire.workers.gc_pause.collection_paused`), so at 2 000 nearly every
+    poll ended with a young collection over its own fresh objects and every tenth with a
+    middle one over ten polls' worth (5–34 ms): 250–290 young and 26–36 middle collections,
+    ~0.5 s or ~12 µs per raw record, ~12 % of the worker's CPU (py-spy, issue 27). At 20 000
+    the allocations of one poll are mostly freed again (its retirement decrements the count)
+    before the next poll adds its own, so the count reaches the threshold only as objects
+    accumulate: 13 young collections (p50 ~7 ms, max 20 ms) and 1 middle one in the same
+    drain, ~0.13 s. (Before the poll's message stopped being a reference cycle, every poll's
+    200 records waited in the young generation and a collection at 20 000 took 37–130 ms:
+    the "fourth pass" of docs/benchmarks-history.md, which lowered it to 2 000 then.)"""
     gc.collect()
     gc.freeze()
     gen0, gen1, gen2 = gc.get_threshold()

@@ -52,29 +52,43 @@ class Outbox:
 
     def add(self, outbound: Iterable[Outbound]) -> list[asyncio.Future[None]]:
         """Append every output, in order; the futures resolve when the broker acknowledged the
-        batches they went into (several adds may share a batch)."""
+        batches they went into (several adds may share a batch).
+
+        Runs once per output event: a run's outputs come one after the other, so the topic
+        partition and open batch of the previous output are kept while the run's key and topic
+        stay the same (nothing else appends meanwhile: appending is synchronous, and only the
+        sender, another task, seals a batch it takes)."""
         loop = asyncio.get_running_loop()
         touched: dict[int, tuple[tuple[str, int], _Batch]] = {}
         queues, chosen = self._queues, self._chosen
-        for out in outbound:
-            partition = chosen.get((out.topic, out.key)) if out.key is not None else None
-            if partition is None:
-                partition = self._partition(out.topic, out.key)
-            tp = (out.topic, partition)
-            queue = queues.get(tp)
-            if queue is None:
-                queue = queues[tp] = deque()
-            batch = queue[-1] if queue and not queue[-1].sealed else None
-            if batch is None or batch.builder.append(key=out.key, value=out.value, timestamp=None, headers=out.headers) is None:
+        last_topic: str | None = None
+        last_key: bytes | None = None
+        tp: tuple[str, int] = ("", -1)
+        batch: _Batch | None = None
+        for topic, key, value, headers in outbound:
+            if batch is None or key is None or key != last_key or topic != last_topic:
+                partition = chosen.get((topic, key)) if key is not None else None
+                if partition is None:
+                    partition = self._partition(topic, key)
+                tp = (topic, partition)
+                queue = queues.get(tp)
+                if queue is None:
+                    queue = queues[tp] = deque()
+                batch = queue[-1] if queue and not queue[-1].sealed else None
+                last_topic, last_key = topic, key
+            if batch is None or batch.builder.append(key=key, value=value, timestamp=None, headers=headers) is None:
                 if batch is not None:
                     batch.sealed = True  # full: the next one (a first record always fits)
                 batch = _Batch(self.producer.create_batch(), loop.create_future())
-                queue.append(batch)
-                batch.builder.append(key=out.key, value=out.value, timestamp=None, headers=out.headers)
-            touched[id(batch)] = (tp, batch)
+                queues[tp].append(batch)
+                batch.builder.append(key=key, value=value, timestamp=None, headers=headers)
+                touched[id(batch)] = (tp, batch)
+            elif id(batch) not in touched:
+                touched[id(batch)] = (tp, batch)
+        senders = self._senders
         for tp, _ in touched.values():
-            if tp not in self._senders:
-                self._senders[tp] = loop.create_task(self._send(tp))
+            if tp not in senders:
+                senders[tp] = loop.create_task(self._send(tp))
         return [batch.delivered for _, batch in touched.values()]
 
     async def _send(self, tp: tuple[str, int]) -> None:

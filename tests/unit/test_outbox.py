@@ -103,3 +103,34 @@ async def test_a_refused_hand_over_fails_only_its_batch_and_the_sender_goes_on()
     await asyncio.sleep(0)
     producer.deliver_all()
     await ok
+
+
+async def test_runs_interleaved_in_one_add_keep_each_partitions_order_and_a_run_its_partition() -> None:
+    """Issue 27 item 3: ``add`` keeps the previous output's partition and batch while the run
+    and topic stay the same; runs alternating, a second topic, a batch filling in the middle of
+    a run and a keyless output must still land exactly where, and in the order, the one-by-one
+    rule puts them."""
+    from reasonwire.workers.partitions import partition_of
+
+    producer = _Producer(room=3)
+    parts = {"t": [0, 1, 2, 3], "u": [0, 1]}
+    box = Outbox(producer, parts)
+    keys = [b"run-a", b"run-b", b"run-c"]
+    outs = []
+    for i in range(12):
+        key = keys[(i // 2) % 3]  # two outputs of a run, then the next run
+        outs.append(_out(key, b"%d" % i, topic="t" if i % 5 else "u"))
+    delivered = box.add(outs)
+    for _ in range(10):
+        await asyncio.sleep(0)
+        producer.deliver_all()
+    await asyncio.gather(*delivered)
+    expected: dict[tuple[str, int], list[bytes]] = {}
+    for out in outs:
+        expected.setdefault((out.topic, partition_of(out.key, parts[out.topic])), []).append(out.value)
+    handed: dict[tuple[str, int], list[bytes]] = {}
+    for topic, partition, values in producer.handed:
+        assert len(values) <= 3
+        handed.setdefault((topic, partition), []).extend(values)
+    assert handed == expected
+    assert len(set(map(id, delivered))) == len(delivered), "one future per batch touched"
