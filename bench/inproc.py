@@ -22,7 +22,7 @@ Telemetry as shipped (no exporter), or ``--sampled`` (console exporters into
 record (``time.process_time``: CPU of this process only).
 
 The garbage collector (``--gc``): ``worker`` (default) as the worker sets it at start-up
-(``tune_gc``: everything alive frozen, young collections every 2 000 allocations); ``paused``
+(``tune_gc``: everything alive frozen, young collections every 20 000 allocations); ``paused``
 the same, with each poll stepped, stored and batched inside
 ``reasonwire.workers.gc_pause.collection_paused`` (the collection that comes due runs after the
 handoff, counted in ``commit``); ``default`` CPython's settings; ``off`` none. Every phase

@@ -2,7 +2,7 @@
 
 Stepping a poll of 200 raw records allocates a few thousand containers that live until the poll
 is handed over (steps, output records, their header lists, journal entries): more than the
-young generation's threshold (2 000, ``reasonwire.workers.normalize.tune_gc``), so with the
+young generation's threshold (then 2 000, ``reasonwire.workers.normalize.tune_gc``; 20 000 now), so with the
 collector left on about two polls in three were interrupted by a collection (in process:
 0.67 per poll, 0.3 ms each, up to 3.6 ms; a middle one every ~15 polls) — on the path of every
 output of that poll. Inside :func:`collection_paused` no automatic collection starts; the one
