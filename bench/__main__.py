@@ -570,7 +570,7 @@ def render_table(r: dict[str, Any]) -> str:
                     )
         for label, kinds in s.get("phases", {}).items():
             for kind, phases in kinds.items():
-                order = ("between_polls", "poll_size", "step", "journal_read", "redis_tx", "to_acked", "close_runs", "commit", "gc0", "gc1", "gc2", "loop_lag")
+                order = ("between_polls", "poll_size", "step", "journal_read", "redis_tx", "early_acked", "after_write_acked", "close_runs", "commit", "gc0", "gc1", "gc2", "loop_lag")
                 parts = [
                     f"{ph} {phases[ph]['p50']:.1f}/{phases[ph]['p99']:.1f}" + (f" (n {phases[ph]['n']:.0f}, max {phases[ph]['max']:.1f})" if ph.startswith("gc") else "")
                     for ph in order

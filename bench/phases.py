@@ -4,14 +4,16 @@ Installed by ``bench.worker_main`` before the worker starts; it wraps — from t
 outside, the worker's code is unchanged — the moments of a poll and writes, when
 the process exits, the distribution of each phase's duration in ms:
 
-* ``step`` — :meth:`NormalizerWorker.handle` from entry to return: the lock, the
-  journal reads of new runs, routing and translating, queuing the early sends;
+* ``step`` — :meth:`NormalizerWorker.handle` from entry to return: waiting for
+  the delivery machine to accept a poll, routing and translating, appending the
+  early sends to the outbox;
 * ``journal_read`` — ``ArtefactStore.load_journals`` (one round trip);
-* ``redis_tx`` — ``ArtefactStore.apply`` (the poll's ``MULTI``/``EXEC``);
-* ``to_acked`` — from the poll's launch until its outputs are acknowledged and
-  its ended markers written (``_complete``);
-* ``early_acked`` — from ``handle`` returning until the broker acknowledged the
-  outputs it queued while stepping (the runs still open: most of a poll's outputs);
+* ``redis_tx`` — ``ArtefactStore.apply`` (the poll's write script);
+* ``early_acked`` — from a send of outputs stepped while the poll was stepped
+  being appended to the outbox until the broker acknowledged them (the runs
+  still open: most of a poll's outputs);
+* ``after_write_acked`` — the same for the sends after the poll's write (runs that
+  ended, runs just restored);
 * ``close_runs`` — the ended markers' transaction;
 * ``commit`` — ``consumer.commit``;
 * ``between_polls`` — from one ``handle`` returning to the next one starting
@@ -81,40 +83,36 @@ def install(path: str) -> None:
         try:
             await original_handle(self, records)
         finally:
-            last_return[0] = returned = time.perf_counter()
-            samples["step"].append((returned - start) * 1000)
-            flight = self._last
-            if flight is not None and flight.early and not getattr(flight, "_rw_timed", False):
-                flight._rw_timed = True
-                asyncio.gather(*flight.early, return_exceptions=True).add_done_callback(
-                    lambda _: samples["early_acked"].append((time.perf_counter() - returned) * 1000)
-                )
+            last_return[0] = time.perf_counter()
+            samples["step"].append((last_return[0] - start) * 1000)
+            consumer = self.consumer
+            if consumer is not None and not getattr(consumer, "_rw_timed", False):
+                commit = consumer.commit
+
+                async def timed_commit(*args: Any, **kwargs: Any) -> Any:
+                    begun = time.perf_counter()
+                    try:
+                        return await commit(*args, **kwargs)
+                    finally:
+                        samples["commit"].append((time.perf_counter() - begun) * 1000)
+
+                consumer.commit = timed_commit
+                consumer._rw_timed = True
 
     w.NormalizerWorker.handle = handle  # type: ignore[method-assign]
     timed(ArtefactStore, "load_journals", "journal_read")
     timed(ArtefactStore, "apply", "redis_tx")
     timed(ArtefactStore, "close_runs", "close_runs")
-    timed(w.NormalizerWorker, "_complete", "to_acked")
+    original_acknowledged = w.NormalizerWorker._acknowledged
 
-    original_commit = w.NormalizerWorker._commit_acknowledged
+    async def acknowledged(self: Any, action: Any, delivered: Any) -> None:
+        begun = time.perf_counter()
+        try:
+            await original_acknowledged(self, action, delivered)
+        finally:
+            samples["after_write_acked" if action.terminal else "early_acked"].append((time.perf_counter() - begun) * 1000)
 
-    async def commit_acknowledged(self: Any) -> None:
-        consumer = self.consumer
-        if consumer is not None and not getattr(consumer, "_rw_timed", False):
-            commit = consumer.commit
-
-            async def timed_commit(*args: Any, **kwargs: Any) -> Any:
-                start = time.perf_counter()
-                try:
-                    return await commit(*args, **kwargs)
-                finally:
-                    samples["commit"].append((time.perf_counter() - start) * 1000)
-
-            consumer.commit = timed_commit
-            consumer._rw_timed = True
-        await original_commit(self)
-
-    w.NormalizerWorker._commit_acknowledged = commit_acknowledged  # type: ignore[method-assign]
+    w.NormalizerWorker._acknowledged = acknowledged  # type: ignore[method-assign]
 
     started: dict[int, float] = {}
 
