@@ -246,11 +246,11 @@ class Gateway:
     async def stop(self) -> None:
         if self._watch is not None:
             self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
-        await self.fanout.stop()
-        await self.producer.stop()
-        await self.redis.aclose()
+            await _bounded("probe task", self._watch)
+        for name, closing in (("event readers", self.fanout.stop), ("producer", self.producer.stop), ("Redis client", self.redis.aclose)):
+            await _bounded(name, closing())
+
+
 
     def principal(self, request: Request) -> Principal | None:
         auth = request.headers.get("authorization", "")
@@ -639,3 +639,20 @@ def create_app(settings: GatewaySettings | None = None, keys: KeyBook | None = N
         )
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
 
+
+
+SHUTDOWN_STEP_S = 5.0
+"""How long each client of the gateway gets to close at shutdown."""
+
+
+async def _bounded(name: str, closing: Awaitable[Any]) -> None:
+    """Close one client, giving up after :data:`SHUTDOWN_STEP_S`: Ctrl-C or SIGTERM must stop the
+    gateway even when a client's close hangs (a Kafka reader stopping mid-fetch under a large
+    backlog once held `make run`'s gateway for over 60 s after Ctrl-C). The task left behind
+    dies with the process."""
+    task = asyncio.ensure_future(closing)
+    done, _ = await asyncio.wait({task}, timeout=SHUTDOWN_STEP_S)
+    if not done:
+        log.warning("shutdown: the %s did not close within %.0f s; going on", name, SHUTDOWN_STEP_S)
+    elif not task.cancelled() and task.exception() is not None:
+        log.warning("shutdown: closing the %s failed (%s)", name, type(task.exception()).__name__)
