@@ -10,6 +10,7 @@ every test here talks to a real broker and a real Redis.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -240,6 +241,24 @@ async def send(producer: AIOKafkaProducer, records: list[OutgoingRecord]) -> Non
     for r in records:
         await producer.send(topics.RAW, r.value, key=r.key, headers=r.headers)
     await producer.flush()
+
+
+async def send_and_count_refusals(bootstrap: str, producer: AIOKafkaProducer, run_id: str, records: list[OutgoingRecord]) -> tuple[Collector, int]:
+    """Send a run's later ``records`` after its store lost or rolled back data, and collect until
+    each one is dead-lettered ``store_lost`` or the run finished (an old worker refuses nothing:
+    the caller judges); returns the collector and how many of ``records`` were refused."""
+    await send(producer, records)
+    keys = {r.key for r in records}
+
+    def refused(c: Collector) -> int:
+        return sum(1 for k, _, h in c.dlq if k in keys and h.get("rw-dlq-code") == "store_lost")
+
+    async with Collector(bootstrap) as c:
+        with contextlib.suppress(AssertionError):
+            await c.until(lambda c: refused(c) >= len(records) or c.finished(run_id), timeout=45)
+        await asyncio.sleep(1.5)
+        await c.until(lambda c: True)
+    return c, refused(c)
 
 
 class Collector:

@@ -483,7 +483,7 @@ async def test_a_shard_restored_from_an_older_copy_is_detected_at_start_up_and_i
     for intact and ended the run ``sequence_gap`` on a number already published."""
     from reasonwire.workers.normalize import create_app
     from reasonwire.workers.telemetry import setup_telemetry
-    from tests.integration.conftest import Collector, send
+    from tests.integration.conftest import Collector, send, send_and_count_refusals
     from tests.integration.test_fence import _one_number_one_event
 
     await fresh_store_epoch(REDIS_CLUSTER or "")
@@ -515,19 +515,12 @@ async def test_a_shard_restored_from_an_older_copy_is_detected_at_start_up_and_i
     app, worker = create_app(settings, telemetry)
     try:
         await app.start()
-        await send(producer, records[2 * third :])
-        rest = {r.key for r in records[2 * third :]}
-        async with Collector(settings.kafka_bootstrap_servers) as c:
-            lost = lambda c: sum(1 for k, _, h in c.dlq if k in rest and h.get("rw-dlq-code") == "store_lost")  # noqa: E731
-            with contextlib.suppress(AssertionError):
-                await c.until(lambda c: lost(c) >= len(records) - 2 * third or c.finished(run.run_id), timeout=45)
-            await asyncio.sleep(1.5)
-            await c.until(lambda c: True)
+        c, lost = await send_and_count_refusals(settings.kafka_bootstrap_servers, producer, run.run_id, records[2 * third :])
     finally:
         await app.stop()
         telemetry.log_guard.uninstall()
         await shard.aclose()
         await fresh_store_epoch(REDIS_CLUSTER or "")
     _one_number_one_event(c, [(run, records)])
-    assert lost(c) == len(records) - 2 * third  # refused, every later record accounted for
+    assert lost == len(records) - 2 * third  # refused, every later record accounted for
     assert worker.store.lost_ms is not None

@@ -40,7 +40,7 @@ from reasonwire.workers.store import EPOCH_KEY, ArtefactStore, StoreLost
 from reasonwire.workers.telemetry import setup_telemetry
 from reasonwire.workers.translators import translator_for
 from tests.conformance.oracle import LOCAL_FIXTURES, translate_file
-from tests.integration.conftest import Collector, fresh_store_epoch, send
+from tests.integration.conftest import Collector, fresh_store_epoch, send, send_and_count_refusals
 from tests.integration.gateway_support import free_port
 
 pytestmark = pytest.mark.integration
@@ -271,21 +271,12 @@ async def test_a_store_restored_from_an_older_copy_is_detected_before_renumberin
     app, worker = create_app(settings, telemetry)
     try:
         await app.start()
-        await send(producer, records[2 * third :])
-        rest = {r.key for r in records[2 * third :]}
-        async with Collector(settings.kafka_bootstrap_servers) as c:
-            lost = lambda c: sum(1 for k, _, h in c.dlq if k in rest and h.get("rw-dlq-code") == "store_lost")  # noqa: E731
-            try:
-                await c.until(lambda c: lost(c) >= len(records) - 2 * third or c.finished(run.run_id), timeout=45)
-            except AssertionError:
-                pass
-            await asyncio.sleep(1.5)
-            await c.until(lambda c: True)
+        c, lost = await send_and_count_refusals(settings.kafka_bootstrap_servers, producer, run.run_id, records[2 * third :])
     finally:
         await app.stop()
         telemetry.log_guard.uninstall()
     _one_number_one_event(c, [(run, records)])
-    assert lost(c) == len(records) - 2 * third  # refused, every later record accounted for
+    assert lost == len(records) - 2 * third  # refused, every later record accounted for
     assert worker.store.lost_ms is not None
 
 
@@ -432,21 +423,14 @@ async def test_a_running_worker_judges_the_store_by_the_groups_commits_when_it_t
         await app_a.stop()  # B takes A's partitions over
         a_running = False
         await _until_owned(worker_b, owned)
-        await send(producer, records[2 * third :])
-        rest = {r.key for r in records[2 * third :]}
-        async with Collector(settings.kafka_bootstrap_servers) as c:
-            lost = lambda c: sum(1 for k, _, h in c.dlq if k in rest and h.get("rw-dlq-code") == "store_lost")  # noqa: E731
-            with contextlib.suppress(AssertionError):
-                await c.until(lambda c: lost(c) >= len(records) - 2 * third or c.finished(run.run_id), timeout=45)
-            await asyncio.sleep(1.5)
-            await c.until(lambda c: True)
+        c, lost = await send_and_count_refusals(settings.kafka_bootstrap_servers, producer, run.run_id, records[2 * third :])
     finally:
         if a_running:
             await app_a.stop()
         await app_b.stop()
         telemetry.log_guard.uninstall()
     _one_number_one_event(c, [(run, records)])
-    assert lost(c) == len(records) - 2 * third  # refused, every later record accounted for
+    assert lost == len(records) - 2 * third  # refused, every later record accounted for
 
 
 async def _assigned(worker: Any, timeout: float = 60) -> None:
