@@ -324,7 +324,8 @@ class NormalizerWorker:
         if action.complete:
             trace.stepped(self.machine.steps_of(action.flight), registered=True)
         for item, step in action.items:
-            self._log_step(item, step)
+            if step.warnings or step.dead_letter is not None or step.skipped:  # most records: nothing to say
+                self._log_step(item, step)
 
     def _retired(self, action: Retired) -> None:
         self._polled.pop(action.flight, None)

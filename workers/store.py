@@ -40,7 +40,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from reasonwire.contracts.artefacts import ArtefactRecord
 from reasonwire.contracts.store import artefact_key, artefact_slot, ended_key, journal_key, shard_count_key, thread_index_key, thread_runs_key
-from reasonwire.workers.core.fence import Witness, Witnessed, journal_complete, shards_behind
+from reasonwire.workers.core.fence import Witness, Witnessed, journal_resumable, shards_behind
 from reasonwire.workers.core.normalizer import HEAD_SEQ, JournalEntry, RunKey, Step
 from reasonwire.workers.core.wire import record_json
 from reasonwire.workers.redis_script import HEAD_FIELD, READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
@@ -194,9 +194,7 @@ class ArtefactStore:
         (``0..seq-1``) must be in the journal — else entries vanished with the store, and resuming
         would renumber events already published (issue 13, finding 5). Negative fields (the core's
         bookkeeping, e.g. a run's timeout) and entries after ``seq`` are not judged."""
-        if ended or not self.loss_window():
-            return True
-        return journal_complete((e.seq for e in journal), seq)
+        return journal_resumable((e.seq for e in journal), ended=ended, upto=seq, doubtful=self.loss_window())
 
     def _check_epoch(self, reply: bytes | None) -> None:
         if reply is None or reply.decode() != self.epoch:

@@ -49,7 +49,7 @@ from enum import Enum
 from typing import Union
 
 from reasonwire.workers.core.delivery import DeadLetterCode
-from reasonwire.workers.core.fence import journal_complete
+from reasonwire.workers.core.fence import journal_resumable
 from reasonwire.workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, Outbound, RawRecord, RunInput, RunKey, Step
 
 Loaded = tuple[list[JournalEntry], "bytes | bool"]
@@ -492,7 +492,7 @@ class DeliveryMachine:
         """Rebuild a run from its journal, then step its record — or refuse it when the store lost
         entries of that journal (resuming would renumber events already published)."""
         journal, ended = loaded
-        if doubtful and not ended and not journal_complete((e.seq for e in journal), item.envelope.seq):
+        if not journal_resumable((e.seq for e in journal), ended=ended, upto=item.envelope.seq, doubtful=doubtful):
             return self.normalizer.reject(DeadLetter(item.record, "the run's journal vanished with the store", DeadLetterCode.STORE_LOST))
         self.normalizer.restore(item, journal, ended=ended, doubtful=doubtful)
         step = self.normalizer.accept(item)
@@ -518,7 +518,7 @@ class DeliveryMachine:
         steps, self._member_check = self._member_check or [], None
         self._committing = False
         self._unsent_expiries.update((step.run, step) for step in steps if step.run is not None)
-        return [Forgot(0, "expiry held back: the group refused this worker's commit")]
+        return []  # the adapter logged the refusal
 
     # -- the pipeline -----------------------------------------------------------------------
 
@@ -531,7 +531,7 @@ class DeliveryMachine:
         pending_runs: set[RunKey] = set()
         earlier_closed = True
         for flight in self._flights:
-            if flight.stepped and not flight.written and not flight.write_out and not flight.probing:
+            if flight.stepped and not flight.written and not flight.write_out:  # a probing flight is not stepped yet
                 if not (flight.runs & pending_runs):
                     flight.write_out = True
                     out.append(self._out(Write(flight.id, tuple(s for s in flight.steps if s is not None))))

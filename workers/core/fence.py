@@ -120,6 +120,14 @@ def journal_complete(seqs: Iterable[int], upto: int) -> bool:
     return all(s in have for s in range(upto))
 
 
+def journal_resumable(seqs: Iterable[int], *, ended: object, upto: int, doubtful: bool) -> bool:
+    """Whether a run may be resumed from its journal at record ``upto``: always, unless the store
+    is in a loss window (``doubtful``) and the run has not ended — then only from a journal that
+    holds every accepted record before it (:func:`journal_complete`); resuming from one that lost
+    entries would renumber events already published."""
+    return bool(ended) or not doubtful or journal_complete(seqs, upto)
+
+
 def fence_accepts(current: str, expected: str, new: str, ended: bool) -> bool:
     """The write script's rule, for tests and the simulation: a write for a run is applied only
     if the run has not ended and its head is the one the writer last saw (or the writer's own
