@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from bench import ab, cpu, e2e, gateway, litellm_compare, memory, profiles, targets
+from bench import ab, cpu, e2e, gateway, hostload, litellm_compare, memory, profiles, targets
 from bench.streams import runs, templates
 from reasonwire.workers import handoff
 from reasonwire.workers.translators import implemented
@@ -320,8 +320,9 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
         cpu_per_record: dict[str, list[float]] = {k: [] for k in kinds}
         out["round_orders"] = []
         out["round_loads"] = []
+        meter = hostload.HostMeter()
         for r in range(rounds):
-            load_start = os.getloadavg()[0]
+            meter.start()
             # Each round drains every kind once, in a new order: with one fixed order a kind always
             # followed the same neighbour and inherited its after-effects (the broker's segment
             # flushes, Redis's AOF rewrite), a bias the median of rounds does not remove.
@@ -339,8 +340,10 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
                     out["profile_raw"] = str(logs / "profile.pyspy.txt")
                 per_round[kind].append(result["records_per_s"])
                 cpu_per_record[kind].append(result["cpu_us_per_record"])
-            out["round_loads"].append(targets.round_load(load_start, os.getloadavg()[0]))
-            log(f"3. round {r + 1}/{rounds} (load {out['round_loads'][-1]:.2f}): " + ", ".join(f"{k} {v[-1]:.0f}/s" for k, v in per_round.items()))
+            host = meter.stop()
+            out["round_loads"].append(host.neighbours)
+            out.setdefault("round_load_averages", []).append((host.load_start, host.load_end))
+            log(f"3. round {r + 1}/{rounds} ({host.describe()}): " + ", ".join(f"{k} {v[-1]:.0f}/s" for k, v in per_round.items()))
         out["throughput_rounds"] = per_round
         out["cpu_us_per_record_rounds"] = cpu_per_record
 
@@ -352,7 +355,8 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
             n_records = int(rate * (send_s + 1.0))
             base = e2e.traffic(grammars, n_records, seed=30, tag=f"{tag}-lat", map_events=True)
             for r in range(latency_rounds):
-                load_start, this_round = os.getloadavg()[0], len(out["latency"])
+                meter.start()
+                this_round = len(out["latency"])
                 for kind in LATENCY_KINDS:
                     consumer, st = live[kind]
                     new = f"{tag}-l{int(rate)}-{r}-{kind}"
@@ -370,10 +374,10 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
                         await asyncio.sleep(0.5)
                         res["phases"] = orjson.loads(phases_file.read_bytes()) if phases_file.exists() else None
                     out["latency"].append({"label": label, "share": share, "round": r, **res})
-                load = targets.round_load(load_start, os.getloadavg()[0])
+                host = meter.stop()
                 for x in out["latency"][this_round:]:
-                    x["load"] = load
-                log(f"3. latency round {r + 1}/{latency_rounds} at {label}: load average {load:.2f} ({'quiet' if load < targets.QUIET_LOAD else 'loaded'})")
+                    x["load"], x["load_average"] = host.neighbours, (host.load_start, host.load_end)
+                log(f"3. latency round {r + 1}/{latency_rounds} at {label}: {host.describe()} ({'quiet' if host.neighbours < targets.QUIET_LOAD else 'loaded'})")
         for kind in LATENCY_KINDS:  # the workers write their hand-off samples as they exit
             handoff_file = logs / f"handoff-{kind}.json"
             if kind.startswith("worker"):
@@ -408,10 +412,11 @@ def _todays_tree(stack: contextlib.ExitStack) -> Path | str:
 
 async def _settle(longest_s: float) -> None:
     """Before the latency rounds: wait (at most ``longest_s``) for the 1-minute load average to
-    drop below :data:`targets.QUIET_LOAD` — the drain rounds just before keep it up for a minute,
-    and latency is judged only on quiet rounds."""
+    drop below 1 — the after-effects of the drain rounds just before (the broker's and Redis's
+    flushes) are out of the first latency round. (Rounds are judged quiet by their neighbours'
+    CPU, ``bench/hostload.py``, not by this average.)"""
     deadline = time.monotonic() + longest_s
-    while os.getloadavg()[0] >= targets.QUIET_LOAD and time.monotonic() < deadline:
+    while os.getloadavg()[0] >= 1.0 and time.monotonic() < deadline:
         await asyncio.sleep(2.0)
     log(f"3. latency rounds start at load average {os.getloadavg()[0]:.2f}")
 
@@ -550,13 +555,13 @@ def render_table(r: dict[str, Any]) -> str:
                     + f" | {goal} | {met} |"
                 )
         if e.get("round_loads"):
-            lines.append(f"| host load average (1-minute) per drain round | {', '.join(f'{x:.2f}' for x in e['round_loads'])} | (context) | — |")
+            lines.append(f"| neighbours' CPU per drain round (cores; the host's busy time less the bench's own processes) | {', '.join(f'{x:.2f}' for x in e['round_loads'])} | (context) | — |")
         for label in s.get("latency", {}):
             loads = sorted({(x["round"], x["load"]) for x in e.get("latency", []) if x["label"] == label and "load" in x})
             if loads:
                 quiet = sum(1 for _, x in loads if x < targets.QUIET_LOAD)
                 lines.append(
-                    f"| host load average per latency round @ {label} | {', '.join(f'{x:.2f}' for _, x in loads)} ({quiet} quiet, below {targets.QUIET_LOAD:g}) | latency judged on quiet rounds | — |"
+                    f"| neighbours' CPU per latency round @ {label} (cores) | {', '.join(f'{x:.2f}' for _, x in loads)} ({quiet} quiet, below {targets.QUIET_LOAD:g}) | latency judged on quiet rounds | — |"
                 )
             for kind in ("worker", "worker-no-telemetry"):
                 hands = [x["handoff"] for x in e.get("latency", []) if x["label"] == label and x["kind"] == kind and x.get("handoff")]
@@ -631,7 +636,7 @@ def verdicts(s: dict[str, Any]) -> list[str]:
     median of its per-round values, with the spread."""
     out = []
     if s.get("issue27"):
-        out += [f"Issue 27's targets (medians of rounds; latency judged only on rounds with load average below {targets.QUIET_LOAD:g}):"]
+        out += [f"Issue 27's targets (medians of rounds; latency judged only on rounds whose neighbours kept fewer than {targets.QUIET_LOAD:g} cores busy):"]
         out += ["- " + targets.Verdict(**v).line() for v in s["issue27"]]
     telemetry = []
     for name, _, _, target, title in RATIOS:

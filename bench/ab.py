@@ -13,11 +13,12 @@ that always follows the same neighbour inherits its after-effects):
   worker kind also records, inside itself, poll → outputs handed to the producer
   (``workers/handoff.py``, ``RW_BENCH_HANDOFF_FILE``), read when it stops.
 
-Every round records the host's 1-minute load average (at its start and end). With
+Every round records how many cores the host's other processes kept busy meanwhile
+(``bench/hostload.py``; the 1-minute load average beside it, as context). With
 ``io-floor`` (CPU) or ``worker@1af85a6`` (throughput) among the kinds in drain mode, or
 ``passthrough`` in latency mode, the end prints issue 27's
 targets that the mode measures, judged as ``make bench`` judges them (``bench.targets``:
-latency only on rounds with load below 1, loaded rounds beside them); ``--share`` says
+latency only on rounds whose neighbours kept fewer than 0.5 cores busy, loaded rounds beside them); ``--share`` says
 which share of the worker's maximum ``--rate`` is (0.25 or 0.5), for the latency limits.
 
 ``io-floor`` (:mod:`bench.io_floor`) works here as in ``make bench``: its table of outputs and
@@ -57,7 +58,7 @@ from typing import Any
 
 import orjson
 
-from bench import e2e, targets
+from bench import e2e, hostload, targets
 from reasonwire.workers import handoff
 
 IO_FLOOR = "io-floor"  # bench.io_floor: the worker's I/O without its logic, fed a precomputed table
@@ -105,6 +106,7 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
     logs.mkdir(parents=True, exist_ok=True)
     tag = f"ab{int(time.time())}"
     live: list[tuple[Kind, Any, Any]] = []
+    meter = hostload.HostMeter()
     created: list[str] = []
     results: dict[str, list[tuple[float, float]]] = {k.spec: [] for k in kinds}
     per_round: list[dict[str, Any]] = []
@@ -131,7 +133,7 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
                 warm = base.records[:3000] if k.kind == IO_FLOOR else e2e.traffic(GRAMMARS, 3000, seed=5, tag=f"{tag}-warm{i}").records
                 await e2e.drain_live(consumer, stage, warm)
             for r in range(rounds):
-                load_start = os.getloadavg()[0]
+                meter.start()
                 this: dict[str, Any] = {"rate": {}, "cpu": {}, "p50": {}, "p99": {}, "window": {}}
                 # a new order every round, drawn from the round's number (as make bench does): in one
                 # fixed order the kind after worker@1af85a6 drained 1.29× as fast over 7 rounds with
@@ -155,10 +157,11 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
                         line = f"p50 {figures[0]:6.1f} ms, p99 {figures[1]:6.1f} ms"
                     results[k.spec].append(figures)
                     print(f"round {r + 1}/{rounds} {k.spec:40s} {line}", flush=True)
-                this["load"] = targets.round_load(load_start, os.getloadavg()[0])
+                host = meter.stop()
+                this["load"], this["load_average"] = host.neighbours, (host.load_start, host.load_end)
                 per_round.append(this)
                 quiet = "quiet" if this["load"] < targets.QUIET_LOAD else "loaded"
-                print(f"round {r + 1}/{rounds} host load average {load_start:.2f} → {os.getloadavg()[0]:.2f}: {this['load']:.2f}, {quiet}", flush=True)
+                print(f"round {r + 1}/{rounds} host: {host.describe()}: {quiet}", flush=True)
         finally:
             for _, consumer, _ in live:
                 consumer.stop()  # a worker writes its hand-off samples as it exits

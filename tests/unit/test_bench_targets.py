@@ -1,7 +1,9 @@
 """Issue 27's verdicts in ``make bench`` (bench/targets.py): a verdict computed wrongly fails here.
 
 The rules under test, from issue 27's "Targets": medians of alternating rounds; latency judged
-only on rounds whose load average stayed below 1, the loaded ones reported beside them, "not
+only on quiet rounds — the host's other processes kept fewer than 0.5 cores busy
+(bench/hostload.py, where the issue said "load average below 1", which the benchmark's own
+processes exceed on 2 cores) — the loaded ones reported beside them, "not
 judged" with no quiet round; CPU per record and throughput judged on every round; the backlog
 sized from the measured rates.
 """
@@ -9,15 +11,18 @@ sized from the measured rates.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import time
 
 import pytest
 
-from bench import targets
+from bench import hostload, targets
 from bench.targets import Round
 
 
 def quiet(*values: float) -> list[Round]:
-    return [Round(v, 0.5) for v in values]
+    return [Round(v, 0.1) for v in values]
 
 
 def loaded(*values: float) -> list[Round]:
@@ -61,10 +66,10 @@ def test_no_quiet_round_is_not_judged_with_the_loaded_figures_beside_issue27() -
     assert "no quiet round" in v.figures and "median +1.5 ms" in v.figures
 
 
-def test_load_of_exactly_one_is_loaded_issue27() -> None:
-    """"Load average below 1": 1.00 is not quiet."""
-    assert targets.latency_at_most("p99", [Round(0.0, 1.0)], 3.0).status == "NOT JUDGED"
-    assert targets.latency_at_most("p99", [Round(0.0, 0.99)], 3.0).status == "PASS"
+def test_neighbours_at_the_threshold_are_loaded_issue27() -> None:
+    """"Fewer than 0.5 cores": 0.50 is not quiet."""
+    assert targets.latency_at_most("p99", [Round(0.0, targets.QUIET_LOAD)], 3.0).status == "NOT JUDGED"
+    assert targets.latency_at_most("p99", [Round(0.0, targets.QUIET_LOAD - 0.01)], 3.0).status == "PASS"
 
 
 def test_fewer_than_five_quiet_rounds_are_judged_and_say_so_issue27() -> None:
@@ -72,9 +77,27 @@ def test_fewer_than_five_quiet_rounds_are_judged_and_say_so_issue27() -> None:
     assert v.status == "PASS" and "only 2 quiet rounds" in v.figures
 
 
-def test_round_load_is_the_higher_reading() -> None:
-    assert targets.round_load(0.4, 1.3) == 1.3
-    assert targets.round_load(1.3, 0.4) == 1.3
+def _spin(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_the_meter_tells_a_neighbour_from_the_bench_itself_issue27() -> None:
+    """A busy process outside the benchmark's tree (detached: its parent shell has exited) is a
+    neighbour; this process's own busy loop is the bench's, not a neighbour's. Lower bounds only:
+    whatever else runs on the host adds to the neighbours, never takes from these."""
+    neighbour = subprocess.Popen(
+        ["sh", "-c", f"{sys.executable} -c 'import time\nend = time.time() + 4\nwhile time.time() < end: pass' >/dev/null 2>&1 &"],
+    )
+    neighbour.wait(10)  # the shell is gone: the spinning child is nobody's descendant here
+    meter = hostload.HostMeter(ports=set())
+    time.sleep(0.3)
+    meter.start()
+    _spin(1.5)
+    got = meter.stop()
+    assert got.neighbours >= 0.5, got.describe()  # the detached spinner: ~1 core
+    assert got.own >= 0.5, got.describe()  # this loop: ~1 core, counted as the bench's
 
 
 # -- the whole list ---------------------------------------------------------------------------
@@ -123,7 +146,7 @@ def test_cpu_is_judged_on_every_round_and_throughput_on_quiet_rounds_within_a_ro
     del drain[3]
     assert by_target(targets.issue27(drain, {}, every=False))[cpu] == "PASS"  # 1.5, 1.5, 3.0: a ratio of medians (110/40) would fail
     for d in drain:
-        d["load"] = 1.5
+        d["load"] = 1.5  # cores busy besides the benchmark
     assert by_target(targets.issue27(drain, {}, every=False))[tp] == "NOT JUDGED"
 
 
@@ -140,19 +163,19 @@ def test_end_to_end_latency_is_the_difference_within_a_round_at_each_share_issue
     # 50 %: added p99 12 on the quiet round → FAIL (> 10); the loaded rounds say 0
     lat = {
         0.25: [
-            latency_round(0.5, w=(19, 31), p=(20, 30)),
-            latency_round(0.5, w=(20, 52), p=(20, 50)),
-            latency_round(0.5, w=(25, 48), p=(20, 40)),
+            latency_round(0.1, w=(19, 31), p=(20, 30)),
+            latency_round(0.1, w=(20, 52), p=(20, 50)),
+            latency_round(0.1, w=(25, 48), p=(20, 40)),
             latency_round(3.0, w=(90, 900), p=(20, 40)),
         ],
-        0.5: [latency_round(0.5, w=(10, 42), p=(20, 30)), latency_round(3.0, w=(10, 30), p=(20, 30)), latency_round(3.0, w=(10, 30), p=(20, 30))],
+        0.5: [latency_round(0.1, w=(10, 42), p=(20, 30)), latency_round(3.0, w=(10, 30), p=(20, 30)), latency_round(3.0, w=(10, 30), p=(20, 30))],
     }
     got = targets.issue27([], lat, every=False)
     assert [v.status for v in got] == ["PASS", "PASS", "FAIL", "PASS"]  # 25 % (p99, p50), then 50 % (p99, p50)
     assert "25% of the worker's maximum: added p99" in got[0].target and "≤ 3 ms" in got[0].target
     assert "50% of the worker's maximum: added p99" in got[2].target and "≤ 10 ms" in got[2].target
-    lat[0.25][2] = latency_round(0.5, w=(25, 48), p=(20, 40))
-    lat[0.25][0] = latency_round(0.5, w=(21, 31), p=(20, 30))  # p50 +1, 0, +5 → median +1 > 0
+    lat[0.25][2] = latency_round(0.1, w=(25, 48), p=(20, 40))
+    lat[0.25][0] = latency_round(0.1, w=(21, 31), p=(20, 30))  # p50 +1, 0, +5 → median +1 > 0
     assert targets.issue27([], lat, every=False)[1].status == "FAIL"
 
 
@@ -163,9 +186,9 @@ def hand(cont50: float, cont99: float, term99: float | None) -> dict:
 def test_handoff_targets_at_25_percent_on_quiet_rounds_issue27() -> None:
     lat = {
         0.25: [
-            latency_round(0.5, w=(1, 1), p=(1, 1), handoff=hand(1.5, 9.0, 19.0)),
-            latency_round(0.5, w=(1, 1), p=(1, 1), handoff=hand(2.5, 11.0, None)),  # no run ended in the window
-            latency_round(0.5, w=(1, 1), p=(1, 1), handoff=hand(1.9, 9.5, 22.0)),
+            latency_round(0.1, w=(1, 1), p=(1, 1), handoff=hand(1.5, 9.0, 19.0)),
+            latency_round(0.1, w=(1, 1), p=(1, 1), handoff=hand(2.5, 11.0, None)),  # no run ended in the window
+            latency_round(0.1, w=(1, 1), p=(1, 1), handoff=hand(1.9, 9.5, 22.0)),
             latency_round(4.0, w=(1, 1), p=(1, 1), handoff=hand(50.0, 90.0, 99.0)),
         ]
     }
@@ -278,4 +301,4 @@ def test_make_bench_prints_every_issue27_target_with_its_verdict_issue27(load: f
         # added p99 +5 ms: over 3 at 25 %, within 10 at 50 %; added p50 −1 ms at both;
         # hand-offs: continuing 1 / 5 ms within 2 / 10, terminal 30 ms over 20
         assert list(latency.values()) == ["FAIL", "PASS", "PASS", "PASS", "PASS", "PASS", "FAIL"], latency
-    assert "host load average per latency round" in table and "poll → outputs handed to the producer" in table
+    assert "neighbours' CPU per latency round" in table and "poll → outputs handed to the producer" in table
