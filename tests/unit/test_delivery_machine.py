@@ -49,9 +49,11 @@ def _held(machine: DeliveryMachine, records: list[RawRecord]) -> None:
                 pending += machine.done(action)
 
 
-def test_held_runs_are_sent_while_a_new_runs_journal_is_read_and_steps_keep_record_order() -> None:
-    """A poll meeting a run it does not hold: the held run's outputs go out at once, the new
-    run's records wait for its journal (issue 17), and the flight's Steps keep record order."""
+def test_held_runs_are_sent_and_written_while_a_new_runs_journal_is_read_and_steps_keep_record_order_issue27() -> None:
+    """A poll meeting a run it does not hold: the held run's outputs go out at once and its part
+    of the flight is written at once — a run ending there would wait for that write only, not
+    for another run's journal read (issue 27 item 2); the new run's records wait for its journal
+    (issue 17) and are written as the flight's next part; the flight's Steps keep record order."""
     machine = _machine()
     held, new = _records("held"), _records("new", partition=1)
     _held(machine, held[:3])
@@ -59,13 +61,32 @@ def test_held_runs_are_sent_while_a_new_runs_journal_is_read_and_steps_keep_reco
     [send] = _of(actions, Send)
     assert {o.key for o in send.outbound} == {b"held"} and not send.terminal
     [read] = _of(actions, ReadJournals)
-    assert [r.run_id for r in read.runs] == ["new"] and not _of(actions, Write)
+    assert [r.run_id for r in read.runs] == ["new"]
+    [first] = _of(actions, Write)
+    assert [s.run.run_id for s in first.steps] == ["held", "held"] and first.part == 0
     assert not machine.accepting, "a poll waiting for a journal keeps the next one out (each run's order)"
     after = machine.journals_read(read, {read.runs[0]: ([], False)}, doubtful=False)
     [stepped] = _of(after, Stepped)
     assert stepped.complete
     [write] = _of(after, Write)
-    assert [s.run.run_id for s in write.steps] == ["new", "held", "held"]
+    assert [s.run.run_id for s in write.steps] == ["new"] and write.part == 1
+    assert [s.run.run_id for s in machine.steps_of(read.flight)] == ["new", "held", "held"]
+
+
+def test_a_runs_end_waits_for_its_own_parts_write_not_another_runs_journal_read_issue27() -> None:
+    """"A terminal output waits only for its own run's artefacts" (issue 27 item 2): a held run
+    that ends in a poll which also meets a new run gets its end out once its own part is
+    written, while the new run's journal is still being read."""
+    machine = _machine()
+    held, new = _records("held"), _records("new", partition=1)
+    end_at = 36  # response.completed (then the ingress's end-of-stream control record)
+    _held(machine, held[:end_at])
+    actions = machine.poll([new[0], held[end_at]], {1: 0})
+    assert _of(actions, ReadJournals) and not _of(actions, Send), "the ending record's outputs are held for a write"
+    [write] = _of(actions, Write)
+    [end] = _of(machine.done(write), Send)
+    assert end.terminal and {o.key for o in end.outbound} == {b"held"}
+    assert any(b"RUN_FINISHED" in o.value for o in end.outbound)
 
 
 def test_a_restored_runs_outputs_wait_for_its_first_accepted_write_issue24() -> None:

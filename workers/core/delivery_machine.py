@@ -22,9 +22,11 @@ A poll becomes a *flight*. The rules, each the reason for one guard below:
   and no write of this worker for it has been accepted yet: a worker cut off from the group can
   still write for the run, and only the fence's verdict on our first write proves the copy
   current (issue 24). Those outputs wait for their flight's write, like terminal outputs.
-* A flight's write waits only for the earlier flights that write for one of its runs (the
-  journal heads chain per run); flights of disjoint runs write concurrently.
-* A run's last outputs (``RUN_FINISHED`` / ``RUN_ERROR``, usage) wait for their flight's write:
+* A flight is written in *parts*, one per stepping: the runs stepped when the poll came, then
+  the runs whose journals had to be read first. A part's write waits only for the earlier
+  writes for one of its runs (the journal heads chain per run) — not for the journal reads of
+  other runs in its poll; parts of disjoint runs write concurrently.
+* A run's last outputs (``RUN_FINISHED`` / ``RUN_ERROR``, usage) wait for their part's write:
   a client that sees a run end and asks for a replay finds its artefacts.
 * Ended markers are written once the flight's outputs are acknowledged and every earlier flight
   got that far (a marker written before an earlier flight's send failed would make the retry
@@ -97,10 +99,12 @@ class Send:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Write:
-    """The flight's store transaction (journal entries, artefacts, fenced heads)."""
+    """A part of the flight's store transaction (journal entries, artefacts, fenced heads):
+    ``part`` is its index in the flight (0: the runs stepped at once; then those restored)."""
 
     flight: int
     steps: tuple[Step, ...]
+    part: int = 0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -175,6 +179,21 @@ class Failure(Enum):
 
 
 @dataclass(eq=False, slots=True)
+class _Part:
+    """The Steps of one stepping of a flight, written together (issue 27 item 2): a run that ends
+    waits for its own part's write, not for the journal reads of other runs in its poll."""
+
+    steps: tuple[Step, ...]
+    runs: set[RunKey]
+    """Runs the part's write touches: the per-run order of writes."""
+    held: list[Outbound]
+    """Outputs sent once the part's write is accepted (runs that ended, runs not confirmed yet)."""
+    write_out: bool = False
+    written: bool = False
+    held_sent: bool = False
+
+
+@dataclass(eq=False, slots=True)
 class _Flight:
     id: int
     offsets: dict[int, tuple[int, int]]
@@ -183,19 +202,14 @@ class _Flight:
     steps: list[Step | None] = field(default_factory=list)
     todo: list[int] = field(default_factory=list)
     """Positions not stepped yet (their runs' journals are being read)."""
-    runs: set[RunKey] = field(default_factory=set)
-    """Runs the flight's write touches: the per-run order of writes."""
-    held: list[Outbound] = field(default_factory=list)
-    """Outputs sent once the write is accepted (runs that ended, runs not confirmed yet)."""
+    parts: list[_Part] = field(default_factory=list)
+    """One per stepping, in order; each written on its own (see :class:`_Part`)."""
     restored: set[RunKey] = field(default_factory=set)
-    """Runs this flight restored from their journals: confirmed by this flight's write."""
+    """Runs this flight restored from their journals: confirmed by their part's write."""
     expiry: bool = False
     stepped: bool = False
     probing: bool = False
-    write_out: bool = False
-    written: bool = False
     sends_out: int = 0
-    held_sent: bool = False
     noted: bool = False
     """Its :class:`Acknowledged` was returned."""
     close_out: bool = False
@@ -203,8 +217,12 @@ class _Flight:
     committing: bool = False
 
     @property
+    def written(self) -> bool:
+        return self.stepped and all(part.written for part in self.parts)
+
+    @property
     def acknowledged(self) -> bool:
-        return self.written and self.held_sent and self.sends_out == 0
+        return self.written and all(part.held_sent for part in self.parts) and self.sends_out == 0
 
 
 class DeliveryMachine:
@@ -341,8 +359,9 @@ class DeliveryMachine:
         elif isinstance(action, Write):
             flight = self._flight(action.flight)
             if flight is not None:
-                flight.write_out, flight.written = False, True
-                for run in flight.restored:
+                part = flight.parts[action.part]
+                part.write_out, part.written = False, True
+                for run in part.runs & flight.restored:
                     if self._unconfirmed.get(run) == flight.id:
                         del self._unconfirmed[run]
         elif isinstance(action, Close):
@@ -447,6 +466,8 @@ class DeliveryMachine:
         todo: list[int] = []
         part: list[tuple[DeadLetter | RunInput | None, Step]] = []
         early: list[Outbound] = []
+        runs: set[RunKey] = set()
+        held: list[Outbound] = []
         for i in flight.todo:
             item = routed[i]
             if isinstance(item, DeadLetter):
@@ -470,13 +491,15 @@ class DeliveryMachine:
             steps[i] = step
             part.append((item, step))
             if step.run is not None:
-                flight.runs.add(step.run)
+                runs.add(step.run)
             if step.outbound:
                 if step.run_ended or (step.run is not None and step.run in self._unconfirmed):
-                    flight.held += step.outbound
+                    held += step.outbound
                 else:
                     early += step.outbound
         flight.todo = todo
+        if part:
+            flight.parts.append(_Part(tuple(step for _, step in part), runs, held))
         out: list[Action] = []
         if part or not todo:
             flight.stepped = not todo
@@ -506,10 +529,9 @@ class DeliveryMachine:
         flight.expiry = True
         flight.steps = list(steps)
         flight.stepped = True
-        for step in steps:
-            if step.run is not None:
-                flight.runs.add(step.run)
-            flight.held += step.outbound  # an expiry's outputs end their runs: after the write
+        runs = {step.run for step in steps if step.run is not None}
+        held = [out for step in steps for out in step.outbound]  # an expiry's outputs end their runs: after the write
+        flight.parts.append(_Part(tuple(steps), runs, held))
         return [Stepped(flight.id, tuple((None, s) for s in steps), complete=True), *self._progress()]
 
     def _membership_refused(self) -> list[Action]:
@@ -531,17 +553,17 @@ class DeliveryMachine:
         pending_runs: set[RunKey] = set()
         earlier_closed = True
         for flight in self._flights:
-            if flight.stepped and not flight.written and not flight.write_out:  # a probing flight is not stepped yet
-                if not (flight.runs & pending_runs):
-                    flight.write_out = True
-                    out.append(self._out(Write(flight.id, tuple(s for s in flight.steps if s is not None))))
-            if not flight.written:
-                pending_runs |= flight.runs
-            if flight.written and not flight.held_sent:
-                flight.held_sent = True
-                if flight.held:
-                    flight.sends_out += 1
-                    out.append(self._out(Send(flight.id, tuple(flight.held), terminal=True)))
+            for index, part in enumerate(flight.parts):  # a probing flight has none yet
+                if not part.written and not part.write_out and not (part.runs & pending_runs):
+                    part.write_out = True
+                    out.append(self._out(Write(flight.id, part.steps, index)))
+                if not part.written:
+                    pending_runs |= part.runs
+                if part.written and not part.held_sent:
+                    part.held_sent = True
+                    if part.held:
+                        flight.sends_out += 1
+                        out.append(self._out(Send(flight.id, tuple(part.held), terminal=True)))
             if flight.acknowledged and not flight.noted:
                 flight.noted = True
                 out.append(Acknowledged(flight.id))
