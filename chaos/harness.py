@@ -478,6 +478,23 @@ def pause(name: str, seconds: float) -> Fault:
     return act
 
 
+def restore_while_paused(name: str, seconds: float) -> Fault:
+    """SIGSTOP the worker, restore Redis from the older copy, SIGCONT it ``seconds`` later: the
+    paused worker cannot notice the store went back, so the other workers — and the one the
+    group gives its partitions to — must (their own write counts, or the paused worker's in
+    its last commits, read when the partitions are assigned; issue 24)."""
+
+    async def act(chaos: Chaos) -> None:
+        chaos.workers[name].pause()
+        try:
+            await redis_restore()(chaos)
+            await asyncio.sleep(seconds)
+        finally:
+            chaos.workers[name].resume()
+
+    return act
+
+
 def raw_partitions(total: int) -> Fault:
     """Add partitions to ``reasoning.raw.v1`` mid-stream and switch the load producer to the new
     partitioning at once (an ingress whose metadata refreshed; issue 24 item 3). The workers keep
@@ -674,6 +691,15 @@ def issue24_scenarios() -> list[Scenario]:
         Scenario("redis_aof_off", 150, 16, [(4, "CONFIG SET appendonly no", redis_config("appendonly", "no")),
                                             (10, "Redis SHUTDOWN and restart (loads the AOF of 6 s before)", redis_stop("save")),
                                             (10.5, "Redis up", redis_up())], log_budget=BUDGET),
+        # ... and a restored Redis while its writer is frozen and another worker takes its partitions
+        # over: whichever worker writes first after the restore must tell the store went back (in
+        # the run of 2026-12-02 the other worker's own writes did; the path where the new owner
+        # learns it only from the frozen one's commits is tests/integration/test_fence.py's)
+        Scenario("redis_restored_takeover", 150, 30, [(1, "start worker B", start("B")),
+                                                      (5, "copy Redis's AOF/RDB (the backup)", redis_snapshot()),
+                                                      (11, "SIGSTOP worker A; Redis restored from the copy of 6 s before; B takes A's "
+                                                           "partitions after the session timeout; SIGCONT A after 16 s", restore_while_paused("A", 16))],
+                 timeout_s=30, linger_s=4, log_budget=BUDGET),
         # 5. an evicting Redis
         Scenario("redis_evicting", 200, 24, [(2, "Redis maxmemory-policy volatile-lru, maxmemory below its data", redis_evicting()),
                                              (9, "restart worker A (SIGTERM, start)", restart("A")),
