@@ -21,7 +21,7 @@ A poll becomes a *flight*. The rules, each the reason for one guard below:
   in front of a reasoning token), *unless* the run was restored from its journal by this worker
   and no write of this worker for it has been accepted yet: a worker cut off from the group can
   still write for the run, and only the fence's verdict on our first write proves the copy
-  current (issue 24). Those outputs wait for their flight's write, like terminal outputs.
+  current (issue 24). Those outputs wait for their part's write, like terminal outputs.
 * A flight is written in *parts*, one per stepping: the runs stepped when the poll came, then
   the runs whose journals had to be read first. A part's write waits only for the earlier
   writes for one of its runs (the journal heads chain per run) — not for the journal reads of
