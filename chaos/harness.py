@@ -464,30 +464,17 @@ def broker_kill(node: int, down_s: float) -> Fault:
     return act
 
 
-def pause(name: str, seconds: float) -> Fault:
+def pause(name: str, seconds: float, meanwhile: Fault | None = None) -> Fault:
     """SIGSTOP the worker for ``seconds``, then SIGCONT (a GC or VM pause): its clock runs on,
-    its records wait in the partition (issue 24 items 1 and 2)."""
+    its records wait in the partition (issue 24 items 1 and 2). ``meanwhile``: a fault done
+    right after the freeze, which the frozen worker cannot notice (a restored Redis: the other
+    workers must tell, by their own write counts or by the frozen one's in its last commits)."""
 
     async def act(chaos: Chaos) -> None:
         chaos.workers[name].pause()
         try:
-            await asyncio.sleep(seconds)
-        finally:
-            chaos.workers[name].resume()
-
-    return act
-
-
-def restore_while_paused(name: str, seconds: float) -> Fault:
-    """SIGSTOP the worker, restore Redis from the older copy, SIGCONT it ``seconds`` later: the
-    paused worker cannot notice the store went back, so the other workers — and the one the
-    group gives its partitions to — must (their own write counts, or the paused worker's in
-    its last commits, read when the partitions are assigned; issue 24)."""
-
-    async def act(chaos: Chaos) -> None:
-        chaos.workers[name].pause()
-        try:
-            await redis_restore()(chaos)
+            if meanwhile is not None:
+                await meanwhile(chaos)
             await asyncio.sleep(seconds)
         finally:
             chaos.workers[name].resume()
@@ -698,7 +685,7 @@ def issue24_scenarios() -> list[Scenario]:
         Scenario("redis_restored_takeover", 150, 30, [(1, "start worker B", start("B")),
                                                       (5, "copy Redis's AOF/RDB (the backup)", redis_snapshot()),
                                                       (11, "SIGSTOP worker A; Redis restored from the copy of 6 s before; B takes A's "
-                                                           "partitions after the session timeout; SIGCONT A after 16 s", restore_while_paused("A", 16))],
+                                                           "partitions after the session timeout; SIGCONT A after 16 s", pause("A", 16, meanwhile=redis_restore()))],
                  timeout_s=30, linger_s=4, log_budget=BUDGET),
         # 5. an evicting Redis
         Scenario("redis_evicting", 200, 24, [(2, "Redis maxmemory-policy volatile-lru, maxmemory below its data", redis_evicting()),
