@@ -376,8 +376,8 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
                     out["latency"].append({"label": label, "share": share, "round": r, **res})
                 host = meter.stop()
                 for x in out["latency"][this_round:]:
-                    x["load"], x["load_average"] = host.neighbours, (host.load_start, host.load_end)
-                log(f"3. latency round {r + 1}/{latency_rounds} at {label}: {host.describe()} ({'quiet' if host.neighbours < targets.QUIET_LOAD else 'loaded'})")
+                    x.update(host.fields())
+                log(f"3. latency round {r + 1}/{latency_rounds} at {label}: {host.describe()} ({'quiet' if targets.is_quiet(host.neighbours) else 'loaded'})")
         for kind in LATENCY_KINDS:  # the workers write their hand-off samples as they exit
             handoff_file = logs / f"handoff-{kind}.json"
             if kind.startswith("worker"):
@@ -410,13 +410,17 @@ def _todays_tree(stack: contextlib.ExitStack) -> Path | str:
     return stack.enter_context(ab.worktrees({rev}))[rev]
 
 
+SETTLED_LOAD_AVERAGE = 1.0
+"""The 1-minute load average the latency rounds wait for after the drain rounds (:func:`_settle`)."""
+
+
 async def _settle(longest_s: float) -> None:
     """Before the latency rounds: wait (at most ``longest_s``) for the 1-minute load average to
-    drop below 1 — the after-effects of the drain rounds just before (the broker's and Redis's
+    drop below :data:`SETTLED_LOAD_AVERAGE` — the after-effects of the drain rounds just before (the broker's and Redis's
     flushes) are out of the first latency round. (Rounds are judged quiet by their neighbours'
     CPU, ``bench/hostload.py``, not by this average.)"""
     deadline = time.monotonic() + longest_s
-    while os.getloadavg()[0] >= 1.0 and time.monotonic() < deadline:
+    while os.getloadavg()[0] >= SETTLED_LOAD_AVERAGE and time.monotonic() < deadline:
         await asyncio.sleep(2.0)
     log(f"3. latency rounds start at load average {os.getloadavg()[0]:.2f}")
 
@@ -559,7 +563,7 @@ def render_table(r: dict[str, Any]) -> str:
         for label in s.get("latency", {}):
             loads = sorted({(x["round"], x["load"]) for x in e.get("latency", []) if x["label"] == label and "load" in x})
             if loads:
-                quiet = sum(1 for _, x in loads if x < targets.QUIET_LOAD)
+                quiet = sum(1 for _, x in loads if targets.is_quiet(x))
                 lines.append(
                     f"| neighbours' CPU per latency round @ {label} (cores) | {', '.join(f'{x:.2f}' for _, x in loads)} ({quiet} quiet, below {targets.QUIET_LOAD:g}) | latency judged on quiet rounds | — |"
                 )

@@ -158,9 +158,9 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
                     results[k.spec].append(figures)
                     print(f"round {r + 1}/{rounds} {k.spec:40s} {line}", flush=True)
                 host = meter.stop()
-                this["load"], this["load_average"] = host.neighbours, (host.load_start, host.load_end)
+                this.update(host.fields())
                 per_round.append(this)
-                quiet = "quiet" if this["load"] < targets.QUIET_LOAD else "loaded"
+                quiet = "quiet" if targets.is_quiet(host.neighbours) else "loaded"
                 print(f"round {r + 1}/{rounds} host: {host.describe()}: {quiet}", flush=True)
         finally:
             for _, consumer, _ in live:

@@ -97,6 +97,10 @@ class HostLoad:
     load_end: float
     """The 1-minute load average at the window's ends (context)."""
 
+    def fields(self) -> dict[str, object]:
+        """As a round's results record it: ``load`` (what the round is judged by) and the load average."""
+        return {"load": self.neighbours, "load_average": (self.load_start, self.load_end)}
+
     def describe(self) -> str:
         return f"neighbours {self.neighbours:.2f} cores (the bench itself {self.own:.2f}; load average {self.load_start:.2f} → {self.load_end:.2f})"
 

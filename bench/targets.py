@@ -78,6 +78,11 @@ class Verdict:
         return f"{self.status:10s} {self.target} — {self.figures}"
 
 
+def is_quiet(load: float) -> bool:
+    """The quiet-round rule: the host's other processes kept fewer than :data:`QUIET_LOAD` cores busy."""
+    return load < QUIET_LOAD
+
+
 def spread(values: Sequence[float]) -> dict[str, float]:
     """Median, min, max and quartiles of per-round values."""
     ordered = sorted(values)
@@ -126,8 +131,8 @@ def quiet_at_least(target: str, rounds: Sequence[Round], limit: float, *, fmt: s
 
 def quiet_rounds(target: str, rounds: Sequence[Round], ok: Callable[[float], bool], *, fmt: str, unit: str, context: str) -> Verdict:
     """The median of the quiet rounds passes ``ok``; the loaded rounds beside; none quiet: NOT JUDGED."""
-    quiet = [r for r in rounds if r.load < QUIET_LOAD]
-    loaded = [r for r in rounds if r.load >= QUIET_LOAD]
+    quiet = [r for r in rounds if is_quiet(r.load)]
+    loaded = [r for r in rounds if not is_quiet(r.load)]
     parts = []
     if quiet:
         parts.append(f"quiet rounds (neighbours < {QUIET_LOAD:g} cores): {_describe([r.value for r in quiet], fmt, unit)}, neighbours {_loads(quiet)}")
