@@ -84,9 +84,6 @@ class _Store:
     async def load_journals(self, runs: list[Any]) -> list[tuple[list[Any], bool]]:
         return [([], False) for _ in runs]
 
-    def journal_intact(self, journal: Any, ended: Any, seq: int) -> bool:
-        return True
-
     def loss_window(self) -> bool:
         return False
 

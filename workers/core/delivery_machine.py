@@ -464,7 +464,7 @@ class DeliveryMachine:
         normalizer, routed, steps = self.normalizer, flight.routed, flight.steps
         waiting: dict[RunKey, None] = {}
         todo: list[int] = []
-        part: list[tuple[DeadLetter | RunInput | None, Step]] = []
+        stepped: list[tuple[DeadLetter | RunInput | None, Step]] = []
         early: list[Outbound] = []
         runs: set[RunKey] = set()
         held: list[Outbound] = []
@@ -489,7 +489,7 @@ class DeliveryMachine:
                 else:
                     step = normalizer.accept(item)
             steps[i] = step
-            part.append((item, step))
+            stepped.append((item, step))
             if step.run is not None:
                 runs.add(step.run)
             if step.outbound:
@@ -498,12 +498,12 @@ class DeliveryMachine:
                 else:
                     early += step.outbound
         flight.todo = todo
-        if part:
-            flight.parts.append(_Part(tuple(step for _, step in part), runs, held))
+        if stepped:
+            flight.parts.append(_Part(tuple(step for _, step in stepped), runs, held))
         out: list[Action] = []
-        if part or not todo:
+        if stepped or not todo:
             flight.stepped = not todo
-            out.append(Stepped(flight.id, tuple(part), complete=flight.stepped))
+            out.append(Stepped(flight.id, tuple(stepped), complete=flight.stepped))
         if early:
             flight.sends_out += 1
             out.append(self._out(Send(flight.id, tuple(early), terminal=False)))

@@ -250,8 +250,6 @@ class Gateway:
         for name, closing in (("event readers", self.fanout.stop), ("producer", self.producer.stop), ("Redis client", self.redis.aclose)):
             await _bounded(name, closing())
 
-
-
     def principal(self, request: Request) -> Principal | None:
         auth = request.headers.get("authorization", "")
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key")
@@ -638,7 +636,6 @@ def create_app(settings: GatewaySettings | None = None, keys: KeyBook | None = N
             )
         )
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
-
 
 
 SHUTDOWN_STEP_S = 5.0
