@@ -154,7 +154,7 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
                         figures = (out["p50_us"] / 1000, out["p99_us"] / 1000)
                         this["p50"][k.spec], this["p99"][k.spec] = figures
                         this["window"][k.spec] = out["window_perf"]
-                        line = f"p50 {figures[0]:6.1f} ms, p99 {figures[1]:6.1f} ms"
+                        line = f"p50 {figures[0]:6.1f} ms, p99 {figures[1]:6.1f} ms" + _classes(out["by_class"])
                     results[k.spec].append(figures)
                     print(f"round {r + 1}/{rounds} {k.spec:40s} {line}", flush=True)
                 host = meter.stop()
@@ -173,6 +173,17 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
             if spec in this["window"]:
                 this.setdefault("handoff", {})[spec] = targets.handoff_window(samples, *this["window"][spec])
     return {"figures": results, "rounds": per_round}
+
+
+def _classes(by_class: dict[str, dict[str, Any]]) -> str:
+    """``  (first 4% p50 27 p99 56; …)``: the outputs' latency by their raw record's place in its
+    run (``bench.e2e.RECORD_CLASSES``) — which outputs make the tail."""
+    parts = [
+        f"{name} {c['share']:.0%} p50 {c['p50_us'] / 1000:.0f} p99 {c['p99_us'] / 1000:.0f}"
+        for name, c in by_class.items()
+        if c["n"] and c["p99_us"] is not None
+    ]
+    return f"  ({'; '.join(parts)} ms)" if parts else ""
 
 
 def main() -> int:

@@ -559,6 +559,7 @@ async def latency(
             consumer.stop()
     first_measured = int(warmup_s * rate)
     lat_us = sorted((now - sent_ns[src]) / 1000 for src, now in arrivals if src >= first_measured)
+    by_class = _by_class(tr.records, [(src, (now - sent_ns[src]) / 1000) for src, now in arrivals if src >= first_measured])
     # median latency per half second of sending: flat = keeping up, rising = queueing
     per_slot: dict[int, list[float]] = {}
     for src, now in arrivals:
@@ -575,6 +576,7 @@ async def latency(
         "p99_us": _pct(lat_us, 99),
         "max_us": lat_us[-1] if lat_us else None,
         "mean_us": statistics.fmean(lat_us) if lat_us else None,
+        "by_class": by_class,
         "median_ms_per_half_second": series,
         "warm_up_records": len(warm),
         "warm_up_drained_s": warm_s,
@@ -582,6 +584,29 @@ async def latency(
         # what the worker's hand-off samples (workers/handoff.py) are cut to
         "window_perf": [start + warmup_s, measured_until],
     }
+
+
+RECORD_CLASSES = ("first", "last", "other")
+"""A raw record's place in its run: its first (the worker reads the run's journal before its outputs
+go out), its last (the run's end: its outputs wait for the poll's Redis write), or one between."""
+
+
+def _by_class(records: Sequence[Record], latencies: Sequence[tuple[int, float]]) -> dict[str, dict[str, Any]]:
+    """Outputs' latency by their raw record's place in its run (``RECORD_CLASSES``): which of them
+    make the tail. Per class: outputs seen, their share of all, p50 and p99 in µs."""
+    last: dict[str, int] = {}
+    for r in records:
+        last[r.run_id] = max(last.get(r.run_id, -1), r.seq)
+    groups: dict[str, list[float]] = {c: [] for c in RECORD_CLASSES}
+    for src, us in latencies:
+        r = records[src]
+        groups["first" if r.seq == 0 else "last" if r.seq == last[r.run_id] else "other"].append(us)
+    total = max(1, len(latencies))
+    out = {}
+    for name, values in groups.items():
+        values.sort()
+        out[name] = {"n": len(values), "share": len(values) / total, "p50_us": _pct(values, 50), "p99_us": _pct(values, 99)}
+    return out
 
 
 async def _warm_up(stage: Stage, consumer: Consumer, warm: Sequence[Record]) -> float:

@@ -11,7 +11,9 @@ table lookup per record (run key + ``rw-seq``), then the worker's I/O in the
 worker's order and shape —
 
 * a journal read (``HGETALL`` + ``GET`` per run, in the store's one read-script
-  call) for each run met for the first time;
+  call) for each run met for the first time at a record other than its first — none in
+  this traffic: the worker presumes a run met at ``rw-seq`` 0 new and lets its write's
+  fence stand in for the read (``DeliveryMachine``, issue 27);
 * the outputs of runs that did not end, appended to one record batch per topic
   partition (``send_batch``, the partition chosen once per run with Kafka's
   default partitioner) while the Redis write runs: one write-script call
@@ -56,7 +58,8 @@ class Prepared:
     ended: tuple[str, str, bytes] | None = None
     """(journal key, ended key, marker) when the run ended with this record."""
     first: bool = False
-    """The run's first record (``rw-seq`` 0): the worker meets a run it does not hold and reads its journal."""
+    """The first record of its run in this traffic, and not the run's first record (``rw-seq`` > 0):
+    the worker meets a run it does not hold mid-way and reads its journal."""
 
 
 def prepare(records: list[tuple[bytes | None, bytes | None, list[Any]]], journal_ttl_s: int, artefact_ttl_s: int) -> dict[tuple[bytes | None, bytes | None], Prepared]:
@@ -68,6 +71,7 @@ def prepare(records: list[tuple[bytes | None, bytes | None, list[Any]]], journal
 
     normalizer = Normalizer(translators=translator_for)
     table: dict[tuple[bytes | None, bytes | None], Prepared] = {}
+    met: set[object] = set()
     for offset, (key, value, headers) in enumerate(records):
         routed = normalizer.route(RawRecord(key, value, tuple(headers), 0, offset))
         step = normalizer.reject(routed) if isinstance(routed, DeadLetter) else normalizer.accept(routed)
@@ -84,7 +88,8 @@ def prepare(records: list[tuple[bytes | None, bytes | None, list[Any]]], journal
         if run is not None and step.run_ended:
             marker = f"{step.ended_at[0]}:{step.ended_at[1]}".encode() if step.ended_at else b"1"
             prepared.ended = (journal_key(run.tenant, run.run_id), ended_key(run.tenant, run.run_id), marker)
-        prepared.first = run is not None and _seq(headers) == b"0"
+        prepared.first = run is not None and run not in met and _seq(headers) != b"0"
+        met.add(run)
         table[(key, _seq(headers))] = prepared
     return table
 
@@ -188,7 +193,7 @@ async def main() -> None:
                 continue
             items = [table[(r.key, _seq(r.headers))] for r in records]
             fresh = [p.run for p in items if p.first and p.run is not None]
-            if fresh:  # the worker reads the journal (and ended marker) of every run it does not hold
+            if fresh:  # the worker reads the journal (and ended marker) of a run it meets mid-way
                 await reads(*read_call(fresh, EPOCH_KEY, epoch))
             await slots.acquire()
             early = await send([p for p in items if p.ended is None])

@@ -24,6 +24,11 @@ def _records(run_id: str, partition: int = 0, first_offset: int = 0) -> list[Raw
         return [RawRecord(r.key, r.value, tuple(r.headers), partition, first_offset + i) for i, r in enumerate(raw_records(run, read_events(f)))]
 
 
+TAKEN_OVER = 10_000
+"""A log end past every record of a fixture: what a worker reads when it takes a partition over
+whose records a previous owner may have published — a run met there is read, not presumed new."""
+
+
 def _of(actions: list[Any], kind: type) -> list[Any]:
     return [a for a in actions if isinstance(a, kind)]
 
@@ -57,7 +62,7 @@ def test_held_runs_are_sent_and_written_while_a_new_runs_journal_is_read_and_ste
     machine = _machine()
     held, new = _records("held"), _records("new", partition=1)
     _held(machine, held[:3])
-    actions = machine.poll([new[0], held[3], held[4]], {1: 0})
+    actions = machine.poll([new[0], held[3], held[4]], {1: TAKEN_OVER})
     [send] = _of(actions, Send)
     assert {o.key for o in send.outbound} == {b"held"} and not send.terminal
     [read] = _of(actions, ReadJournals)
@@ -81,7 +86,7 @@ def test_a_runs_end_waits_for_its_own_parts_write_not_another_runs_journal_read_
     held, new = _records("held"), _records("new", partition=1)
     end_at = 36  # response.completed (then the ingress's end-of-stream control record)
     _held(machine, held[:end_at])
-    actions = machine.poll([new[0], held[end_at]], {1: 0})
+    actions = machine.poll([new[0], held[end_at]], {1: TAKEN_OVER})
     assert _of(actions, ReadJournals) and not _of(actions, Send), "the ending record's outputs are held for a write"
     [write] = _of(actions, Write)
     [end] = _of(machine.done(write), Send)
@@ -94,7 +99,7 @@ def test_a_restored_runs_outputs_wait_for_its_first_accepted_write_issue24() -> 
     its first write (a zombie may still be writing for it): its outputs follow that write."""
     machine = _machine()
     records = _records("r")
-    actions = machine.poll(records[:3], {0: 0})
+    actions = machine.poll(records[:3], {0: TAKEN_OVER})
     [read] = _of(actions, ReadJournals)
     after = machine.journals_read(read, {read.runs[0]: ([], False)}, doubtful=False)
     assert not _of(after, Send), "nothing of a restored run goes out before its write"
@@ -283,12 +288,60 @@ def test_a_record_of_an_idle_run_drops_its_unsent_expiry() -> None:
     assert machine._unsent_expiries == {}, "the expiry is not sent again"
 
 
+def test_a_new_run_past_the_published_log_is_stepped_without_a_journal_read_and_held_for_its_write_issue27() -> None:
+    """A run met at its first record past every offset that may have been published is presumed
+    new (issue 27 item 2): it is stepped at once — no journal read in front of it, and the next
+    poll is not held behind one — and, like a restored run, its outputs follow its part's write,
+    whose fence refuses it if anyone wrote for the run (issue 24)."""
+    machine = _machine()
+    held, new = _records("held"), _records("new", partition=1)
+    _held(machine, held[:3])
+    actions = machine.poll([new[0], new[1], held[3]], {1: 0})
+    assert not _of(actions, ReadJournals)
+    assert machine.accepting, "stepped whole: the next poll may come"
+    [early] = _of(actions, Send)
+    assert {o.key for o in early.outbound} == {b"held"}, "only the confirmed run's outputs go out before the write"
+    [write] = _of(actions, Write)
+    assert [s.run.run_id for s in write.steps] == ["new", "new", "held"]
+    [after] = _of(machine.done(write), Send)
+    assert after.terminal and {o.key for o in after.outbound} == {b"new"}
+
+
+def test_a_seq_zero_record_within_the_published_log_or_a_control_record_is_read_not_presumed_new() -> None:
+    """Where a previous owner (or this worker, before a rewind) may have published, a run's first
+    record may not be its first visit: its journal is read."""
+    machine = _machine()
+    records = _records("old")
+    assert _of(machine.poll(records[:2], {0: 1}), ReadJournals), "offset 0 lies before the log end at first fetch"
+    [end] = [RawRecord(r.key, r.value, tuple(r.headers), 0, 0) for r in raw_records(RunEnvelope("openai-responses", "ctl", "t"), [])]
+    assert dict(end.headers)["rw-seq"] == b"0" and dict(end.headers)["rw-control"] == b"end"
+    [read] = _of(_machine().poll([end], {0: 0}), ReadJournals)
+    assert [r.run_id for r in read.runs] == ["ctl"], "a control record names a run that must exist: read it"
+
+
+def test_a_run_presumed_new_that_the_fence_refuses_is_read_when_redone_issue24() -> None:
+    """The fence refused the first write of a run presumed new (someone wrote its journal, or it
+    ended): the poll is redone, and this time the run's journal is read — never presumed again."""
+    machine = _machine()
+    records = _records("z")
+    actions = machine.poll(records[:3], {0: 0})
+    assert not _of(actions, ReadJournals)
+    [write] = _of(actions, Write)
+    after = machine.failed(write, Failure.MOVED, [write.steps[0].run])
+    [seek] = _of(after, Seek)
+    assert seek.offsets == {0: 0}
+    assert any(isinstance(a, Forgot) and a.why == "moved" for a in after)
+    assert not _of(after, Send), "nothing of the refused run went out"
+    [read] = _of(machine.poll(records[:3], {}), ReadJournals)
+    assert [r.run_id for r in read.runs] == ["z"]
+
+
 def test_a_poll_reads_only_the_journals_of_runs_it_does_not_hold() -> None:
     """Several records of one run in a poll: its journal is read once when the run is new here,
     and not at all while the worker holds it."""
     machine = _machine()
     records = _records("j")
-    [read] = _of(machine.poll(records[:4], {0: 0}), ReadJournals)
+    [read] = _of(machine.poll(records[:4], {0: TAKEN_OVER}), ReadJournals)
     assert [r.run_id for r in read.runs] == ["j"]
     actions = machine.journals_read(read, {read.runs[0]: ([], False)}, doubtful=False)
     while io := [a for a in actions if isinstance(a, (Write, Send, Close, Commit))]:

@@ -12,7 +12,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from reasonwire.workers.core.delivery_machine import Stepped
+from reasonwire.workers.core.delivery_machine import Commit, Stepped
 from reasonwire.workers.core.normalizer import RawRecord
 from reasonwire.workers.ingress import RunEnvelope
 from reasonwire.workers.normalize import NormalizerWorker
@@ -29,10 +29,12 @@ def _worker(timeout_s: float) -> tuple[NormalizerWorker, list[Any]]:
     store = ArtefactStore(Redis.from_url("redis://127.0.0.1:1/0"), artefact_ttl_s=60, journal_ttl_s=60)
     worker = NormalizerWorker(WorkerSettings(inactivity_timeout_s=timeout_s), None, store, telemetry)  # type: ignore[arg-type]
     launched: list[Any] = []
-    worker._take = lambda actions: launched.extend(a for a in actions if isinstance(a, Stepped))  # type: ignore[method-assign]  # the I/O is not under test
+    # the I/O is not under test: an expiry decided is its membership question (or, unasked, its launch)
+    worker._take = lambda actions: launched.extend(a for a in actions if isinstance(a, Stepped) or (isinstance(a, Commit) and a.membership))  # type: ignore[method-assign]
     run = RunEnvelope("openai-responses", "idle-run", "thread")
     item = worker.normalizer.route(RawRecord(b"idle-run", FIRST, tuple(run.headers(0)), 0, 0))
     worker.normalizer.accept(item, now=-60.0)  # held, silent for a minute of stream time (issue 24: the clock starts at 0)
+    worker.machine._committed[0] = 1  # its record was committed: an expiry there asks the group with that offset
     return worker, launched
 
 

@@ -22,6 +22,12 @@ A poll becomes a *flight*. The rules, each the reason for one guard below:
   and no write of this worker for it has been accepted yet: a worker cut off from the group can
   still write for the run, and only the fence's verdict on our first write proves the copy
   current (issue 24). Those outputs wait for their part's write, like terminal outputs.
+* A run met at its first record (``rw-seq`` 0, a data record) past every offset that may have
+  been published is *presumed new*: it starts from an empty journal at once, without reading
+  it, so a poll of new runs waits for no round trip before it is stepped and the next poll is
+  not held behind it. Its outputs wait for its part's write like any restored run's, and that
+  write's fence is the read: it refuses a run that has a journal head or an ended marker (a
+  previous owner's, a redelivery's) — the run is dropped and, redone, read first.
 * A flight is written in *parts*, one per stepping: the runs stepped when the poll came, then
   the runs whose journals had to be read first. A part's write waits only for the earlier
   writes for one of its runs (the journal heads chain per run) — not for the journal reads of
@@ -56,6 +62,12 @@ from reasonwire.workers.core.normalizer import DeadLetter, JournalEntry, Normali
 
 Loaded = tuple[list[JournalEntry], "bytes | bool"]
 """A run's journal and its ended marker (``False``: not ended), as the store returns them."""
+
+_NEW_RUN: Loaded = ([], False)
+"""What a run presumed new is restored from: what the store returns for a run it never saw."""
+
+MUST_READ_KEPT = 4096
+"""Runs the fence refused that are read before they are presumed new again (the oldest forgotten)."""
 
 
 # -- actions: what the adapter must do ------------------------------------------------------
@@ -198,6 +210,9 @@ class _Flight:
     id: int
     offsets: dict[int, tuple[int, int]]
     """Partition → (first offset of the poll, offset to commit once the flight completed)."""
+    published: dict[int, int] = field(default_factory=dict)
+    """Partition → the highest offset whose outputs may have been published before this poll
+    (:meth:`Normalizer.published_upto`): a run first met beyond it may be presumed new."""
     routed: list[DeadLetter | RunInput] = field(default_factory=list)
     steps: list[Step | None] = field(default_factory=list)
     todo: list[int] = field(default_factory=list)
@@ -250,6 +265,8 @@ class DeliveryMachine:
         self._probe_store = False
         self._store_lost = False
         self._moved: set[RunKey] = set()
+        self._must_read: dict[RunKey, None] = {}
+        """Runs the fence refused: their journals are read, never presumed empty (at most ``MUST_READ_KEPT``)."""
         self._unconfirmed: dict[RunKey, int] = {}
         """Runs restored here whose first write was not accepted yet → the flight that writes it."""
         self._unsent_expiries: dict[RunKey, Step] = {}
@@ -319,6 +336,7 @@ class DeliveryMachine:
                 end = log_ends.get(partition)
                 self.normalizer.replay_until(partition, end if end is not None else -1)
         flight = self._new_flight(offsets)
+        flight.published = {p: self.normalizer.published_upto(p) for p in offsets}
         flight.routed = [self.normalizer.route(record) for record in records]
         flight.steps = [None] * len(flight.routed)
         flight.todo = list(range(len(flight.routed)))
@@ -336,6 +354,9 @@ class DeliveryMachine:
         """The journals asked for (``doubtful``: the store is inside a loss window — a run may
         resume only from a journal holding every record before its own)."""
         self._outstanding -= 1
+        if self._must_read:
+            for run in action.runs:
+                self._must_read.pop(run, None)
         flight = self._flight(action.flight)
         if flight is None or self._failure is not None:
             return self._progress()
@@ -405,16 +426,23 @@ class DeliveryMachine:
         earlier tick that did not go out. Before an expiry's writes the group is asked whether
         this worker is still a member for those partitions (:class:`Commit` ``membership``): an
         expiry is a decision no record makes, and a worker cut off without noticing must not
-        make it (issue 24 item 2)."""
+        make it (issue 24 item 2). On a partition this worker has not committed yet there is
+        nothing to ask with, so nothing is proven: its expiries wait for a later tick (a worker
+        cut off from the coordinator since it joined never gets to decide one; found by the
+        simulation of live traffic, issue 27)."""
         busy = self._revoking is not None or self._stalled or self._member_check is not None or self._committing
         if self.failing or self.closing or busy or not all(f.stepped for f in self._flights):
             return []
         steps = [*self._unsent_expiries.values(), *self.normalizer.expire(now=now, timeout_s=timeout_s)]
         self._unsent_expiries.clear()
+        unproven = [s for s in steps if s.ended_at is not None and s.ended_at[0] not in self._committed]
+        if unproven:  # no commit of ours there yet: membership cannot be asked, so not proven
+            self._unsent_expiries.update((s.run, s) for s in unproven if s.run is not None)
+            steps = [s for s in steps if s not in unproven]
         if not steps:
             return []
         partitions = {step.ended_at[0] for step in steps if step.ended_at is not None}
-        offsets = {p: self._committed[p] for p in partitions if p in self._committed}
+        offsets = {p: self._committed[p] for p in partitions}
         if not offsets:
             return self._launch_expiry(steps)
         self._member_check = steps
@@ -481,6 +509,8 @@ class DeliveryMachine:
                     continue
                 if normalizer.needs_restore(item):
                     journal = loaded.pop(run, None)
+                    if journal is None and self._presumed_new(flight, item):
+                        journal = _NEW_RUN
                     if journal is None:
                         waiting[run] = None
                         todo.append(i)
@@ -510,6 +540,16 @@ class DeliveryMachine:
         if waiting:
             out.append(self._out(ReadJournals(flight.id, tuple(waiting))))
         return out
+
+    def _presumed_new(self, flight: _Flight, item: RunInput) -> bool:
+        """A run's first data record, past every offset that may have been published, of a run
+        the fence has not refused: no one can have written its journal but a worker whose write
+        the fence refuses ours against (module docstring)."""
+        env, record = item.envelope, item.record
+        return (
+            env.seq == 0 and env.control is None and record.offset > flight.published.get(record.partition, -1)
+            and item.run not in self._must_read
+        )
 
     def _restore(self, flight: _Flight, item: RunInput, loaded: Loaded, doubtful: bool) -> Step:
         """Rebuild a run from its journal, then step its record — or refuse it when the store lost
@@ -659,6 +699,9 @@ class DeliveryMachine:
             self.normalizer.forget_runs(self._moved)
             for run in self._moved:
                 self._unsent_expiries.pop(run, None)
+                self._must_read[run] = None
+            while len(self._must_read) > MUST_READ_KEPT:
+                del self._must_read[next(iter(self._must_read))]
             out.append(Forgot(len(self._moved), "moved"))
             self._moved.clear()
         self._failure = None

@@ -350,6 +350,11 @@ class Normalizer:
     def knows(self, partition: int) -> bool:
         return partition in self._replay
 
+    def published_upto(self, partition: int) -> int:
+        """The highest offset of ``partition`` whose outputs may have been published already, by
+        this worker before a rewind or by a previous owner (-1: none)."""
+        return self._replay.get(partition, -1)
+
     def stepped_to(self, partition: int) -> int:
         """The offset after the last record of ``partition`` stepped here (-1: none)."""
         last = self._stepped.get(partition)
