@@ -533,6 +533,7 @@ class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]
         """Runs are restored lazily from their journal on their next record; before that, the
         store's write count is judged against what the group committed (:meth:`NormalizerWorker.adopt_committed_witness`)."""
         if self.worker is not None and assigned:
+            self.worker.machine.assigned(tp.partition for tp in assigned if tp.topic == topics.RAW)
             await self.worker.adopt_committed_witness()
 
 

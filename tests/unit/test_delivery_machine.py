@@ -39,6 +39,16 @@ def _machine(**kw: Any) -> DeliveryMachine:
     return DeliveryMachine(normalizer, **kw)
 
 
+def _fence_refuses(machine: DeliveryMachine, actions: list[Any]) -> list[Any]:
+    """The poll's write refused by the fence (another worker wrote for its run since), its early
+    sends acknowledged: what the machine answers."""
+    [write] = _of(actions, Write)
+    after = machine.failed(write, Failure.MOVED, [write.steps[0].run])
+    for send in _of(actions, Send):
+        after += machine.done(send)
+    return after
+
+
 def _held(machine: DeliveryMachine, records: list[RawRecord]) -> None:
     """Poll ``records`` and complete every action, so the run is held and confirmed."""
     pending = machine.poll(records, {})
@@ -204,10 +214,7 @@ def test_the_fence_refusing_a_write_drops_those_runs_and_redoes_the_poll_issue24
     records = _records("m")
     _held(machine, records[:2])
     actions = machine.poll(records[2:3], {})
-    [write] = _of(actions, Write)
-    after = machine.failed(write, Failure.MOVED, [write.steps[0].run])
-    for send in _of(actions, Send):
-        after += machine.done(send)
+    after = _fence_refuses(machine, actions)
     assert _of(after, Seek) and any(isinstance(a, Forgot) and a.why == "moved" for a in after)
     assert not _of(after, Send), "nothing of a moved run is sent after the refusal"
 
@@ -248,6 +255,22 @@ def test_an_expiry_asks_for_membership_first_and_is_sent_again_when_its_flight_f
     machine.failed(write_again, Failure.OUTAGE)
     machine.revoke([0])
     assert machine.tick(now=1e9, timeout_s=1.0) == []
+
+
+def test_no_expiry_is_decided_on_a_partition_this_worker_has_not_committed_issue27() -> None:
+    """Without a commit of ours on a partition there is nothing to ask the group with, so the
+    worker's membership is not proven there: its runs are not judged — nothing is decided or
+    held back — until a commit lands (a worker cut off from the coordinator since it joined
+    expired runs unasked; found by the live-traffic simulation, seed 88)."""
+    machine = _machine()
+    records = _records("idle")
+    actions = machine.poll(records[:2], {0: 0})
+    assert machine.tick(now=1e9, timeout_s=1.0) == []
+    assert machine.normalizer.open_runs == 1, "the run is still open: nothing was decided"
+    while io := [a for a in actions if isinstance(a, (Write, Send, Close, Commit))]:
+        actions = [x for a in io for x in machine.done(a)]
+    [member] = machine.tick(now=1e9, timeout_s=1.0)
+    assert isinstance(member, Commit) and member.membership and dict(member.offsets) == {0: 2}
 
 
 def test_a_refused_membership_holds_the_expiry_back() -> None:
@@ -334,6 +357,24 @@ def test_a_run_presumed_new_that_the_fence_refuses_is_read_when_redone_issue24()
     assert not _of(after, Send), "nothing of the refused run went out"
     [read] = _of(machine.poll(records[:3], {}), ReadJournals)
     assert [r.run_id for r in read.runs] == ["z"]
+
+
+def test_a_partition_assigned_again_is_not_held_to_a_rewind_its_seek_could_not_perform_issue27() -> None:
+    """A rewind decided while the partition was not assigned (a poll fetched before a revocation
+    and refused by the fence after it): the adapter cannot seek there, and once the partition
+    comes back the consumer starts at the committed offset — its records must not be dropped as
+    stale for ever (``make chaos`` zombie_worker wedged two partitions)."""
+    machine = _machine()
+    records = _records("w")
+    _held(machine, records[:5])
+    actions = machine.poll(records[5:8], {})
+    after = _fence_refuses(machine, actions)
+    [seek] = _of(after, Seek)
+    assert seek.offsets == {0: 5}
+    committed_elsewhere = records[9:11]
+    assert list(machine.fresh(committed_elsewhere)) == [], "before: stale until offset 5 comes again"
+    machine.assigned([0])
+    assert list(machine.fresh(committed_elsewhere)) == committed_elsewhere
 
 
 def test_a_poll_reads_only_the_journals_of_runs_it_does_not_hold() -> None:

@@ -427,22 +427,19 @@ class DeliveryMachine:
         this worker is still a member for those partitions (:class:`Commit` ``membership``): an
         expiry is a decision no record makes, and a worker cut off without noticing must not
         make it (issue 24 item 2). On a partition this worker has not committed yet there is
-        nothing to ask with, so nothing is proven: its expiries wait for a later tick (a worker
-        cut off from the coordinator since it joined never gets to decide one; found by the
-        simulation of live traffic, issue 27)."""
+        nothing to ask with, so nothing is proven: its runs are not judged until a later tick
+        finds a commit there (a worker cut off from the coordinator since it joined never gets
+        to decide one; found by the simulation of live traffic, issue 27)."""
         busy = self._revoking is not None or self._stalled or self._member_check is not None or self._committing
         if self.failing or self.closing or busy or not all(f.stepped for f in self._flights):
             return []
-        steps = [*self._unsent_expiries.values(), *self.normalizer.expire(now=now, timeout_s=timeout_s)]
+        # only where this worker committed: elsewhere membership cannot be asked, so is not proven
+        steps = [*self._unsent_expiries.values(), *self.normalizer.expire(now=now, timeout_s=timeout_s, partitions=self._committed)]
         self._unsent_expiries.clear()
-        unproven = [s for s in steps if s.ended_at is not None and s.ended_at[0] not in self._committed]
-        if unproven:  # no commit of ours there yet: membership cannot be asked, so not proven
-            self._unsent_expiries.update((s.run, s) for s in unproven if s.run is not None)
-            steps = [s for s in steps if s not in unproven]
         if not steps:
             return []
         partitions = {step.ended_at[0] for step in steps if step.ended_at is not None}
-        offsets = {p: self._committed[p] for p in partitions}
+        offsets = {p: self._committed[p] for p in partitions if p in self._committed}
         if not offsets:
             return self._launch_expiry(steps)
         self._member_check = steps
@@ -454,6 +451,16 @@ class DeliveryMachine:
         dropped — the new owner restores them from their journals."""
         self._revoking = (self._revoking or set()) | set(partitions)
         return self._progress()
+
+    def assigned(self, partitions: Iterable[int]) -> None:
+        """Partitions were assigned (again): the consumer starts each at the group's committed
+        offset, so a rewind mark left from before no longer says where its records restart.
+        Without this a rewind decided while the partition was not assigned (a poll fetched
+        before a revocation, refused by the fence after it) left a mark the adapter's seek
+        could not act on, and every record of the partition was dropped as stale once it came
+        back: the partition wedged (``make chaos`` zombie_worker, issue 27)."""
+        for partition in partitions:
+            self._rewound.pop(partition, None)
 
     def stall(self) -> list[Action]:
         """The event loop stood still long enough to lose the partitions unnoticed: once what is

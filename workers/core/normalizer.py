@@ -43,7 +43,7 @@ import hashlib
 import time
 from collections import OrderedDict
 from functools import partial
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -569,8 +569,9 @@ class Normalizer:
         state.next_seq = env.seq + 1
         state.digests.append(_digest(record.value, env.sse_event))
 
-    def expire(self, *, now: float | None = None, timeout_s: float) -> list[Step]:
-        """Close runs whose ingress went silent for ``timeout_s`` (RUN_ERROR, interrupted).
+    def expire(self, *, now: float | None = None, timeout_s: float, partitions: Container[int] | None = None) -> list[Step]:
+        """Close runs whose ingress went silent for ``timeout_s`` (RUN_ERROR, interrupted);
+        ``partitions``: only runs of these (the others are not judged now).
 
         The decision is journaled (entry ``EXPIRED_SEQ``, in the same transaction as the rest of
         the poll, before the ``RUN_ERROR`` is sent): a timeout depends on the clock, not on the
@@ -579,6 +580,8 @@ class Normalizer:
         steps = []
         for key, state in list(self._runs.items()):
             if state.ahead or self.replaying(state.partition) or key in self._doubtful:  # being redone, or its journal is in doubt
+                continue
+            if partitions is not None and state.partition not in partitions:
                 continue
             current = self.clock.at(state.partition) if now is None else now
             if current - state.last_seen >= timeout_s:
