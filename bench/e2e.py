@@ -587,8 +587,9 @@ async def latency(
 
 
 RECORD_CLASSES = ("first", "last", "other")
-"""A raw record's place in its run: its first (the worker reads the run's journal before its outputs
-go out), its last (the run's end: its outputs wait for the poll's Redis write), or one between."""
+"""A raw record's place in its run: its first (a run new to the worker: its outputs wait for the
+run's first Redis write), its last (the run's end: its outputs wait for their poll's write), or one
+between (sent as the record is stepped)."""
 
 
 def _by_class(records: Sequence[Record], latencies: Sequence[tuple[int, float]]) -> dict[str, dict[str, Any]]:
