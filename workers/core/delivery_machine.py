@@ -8,8 +8,8 @@ commit the offsets — and the order of that chain is what makes the delivery pr
 (docs/reliability.md): at least once, one number one event, one end per run. Every one of those
 ordering decisions is made here, by :class:`DeliveryMachine`, which does no I/O at all: it is fed
 what happened (a poll fetched, a journal read, a send acknowledged, a write refused, a commit
-done, partitions revoked, an expiry tick, a stall) and answers with :class:`Action` objects —
-what to do next. The adapter (``workers/normalize.py``) performs each action and reports its
+done, partitions revoked or assigned, an expiry tick, a stall) and answers with :class:`Action`
+objects — what to do next. The adapter (``workers/normalize.py``) performs each action and reports its
 outcome with :meth:`DeliveryMachine.done` or :meth:`DeliveryMachine.failed`; it decides nothing
 about delivery. The seeded fault simulation (tests/unit/test_delivery_sim.py) drives this same
 class, completing the actions it returns in any order with faults in between — so the code that
@@ -245,7 +245,7 @@ class DeliveryMachine:
 
     Feed it with :meth:`poll`, :meth:`journals_read`, :meth:`done`, :meth:`failed`,
     :meth:`tick`, :meth:`revoke`, :meth:`stall` and :meth:`close`; each returns the actions to
-    perform now. :attr:`accepting` says whether a new poll may be fed; :attr:`settled` whether
+    perform now (:meth:`assigned` only forgets, and returns none). :attr:`accepting` says whether a new poll may be fed; :attr:`settled` whether
     nothing is in flight (every action reported, every flight committed or rewound).
     """
 
