@@ -484,11 +484,13 @@ def pause(name: str, seconds: float, meanwhile: Fault | None = None) -> Fault:
 
 def raw_partitions(total: int) -> Fault:
     """Add partitions to ``reasoning.raw.v1`` mid-stream and switch the load producer to the new
-    partitioning at once (an ingress whose metadata refreshed; issue 24 item 3). The workers keep
-    their assignment of the old partitions until their own metadata refresh (aiokafka: 5 min), so
-    a run whose new partition is the other worker's is restored there from its journal and
-    finished, while its old owner still holds it in memory; records on the new partitions wait
-    for the rolling restart that follows (:func:`restart`)."""
+    partitioning at once (an ingress whose metadata refreshed; issue 24 item 3). A run whose new
+    partition is the other worker's is restored there from its journal and finished, while its
+    old owner still holds it in memory; records on the new partitions wait until the group reads
+    them: the workers refresh their metadata every eighth of the inactivity timeout (1 s here),
+    and the leader's refresh rebalances the group (before that, aiokafka's 5 min: the moved runs
+    timed out on their old partitions first). The rolling restart that follows
+    (:func:`restart`) is the documented procedure's."""
 
     async def act(chaos: Chaos) -> None:
         admin = AIOKafkaAdminClient(bootstrap_servers=chaos.services.bootstrap)

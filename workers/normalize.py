@@ -625,6 +625,16 @@ def expiry_interval(settings: WorkerSettings) -> float:
     return max(0.05, min(settings.inactivity_timeout_s / 4, 5.0))
 
 
+def metadata_max_age_ms(settings: WorkerSettings) -> int:
+    """How old the consumer's view of the raw topic may grow: an eighth of the inactivity
+    timeout, between 1 and 30 s. Partitions added to the raw topic are read only once the group
+    rebalances, which its leader starts when its metadata shows them; with aiokafka's default
+    (5 min, the default timeout too) runs whose ingress moved to a new partition went silent
+    on the old one for longer than the timeout and were ended ``inactivity_timeout`` (make
+    chaos ``raw_partitions``). One small metadata request per interval and worker."""
+    return int(1000 * max(1.0, min(settings.inactivity_timeout_s / 8, 30.0)))
+
+
 async def warn_unless_durable(store: ArtefactStore) -> None:
     """Say at start when Redis would lose acknowledged writes on a crash (no AOF, or
     ``appendfsync`` other than ``always``); managed Redis may refuse ``CONFIG``: then say nothing."""
@@ -660,7 +670,8 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
     # acks=all + idempotence: on a replicated cluster a broker lost mid-stream loses no output
     # (min.insync.replicas=2 of 3) and a retried send is not written twice
     broker = KafkaBroker(
-        servers(settings.kafka_bootstrap_servers), log_level=logging.DEBUG, acks="all", enable_idempotence=True, linger_ms=2, security=broker_security()
+        servers(settings.kafka_bootstrap_servers), log_level=logging.DEBUG, acks="all", enable_idempotence=True, linger_ms=2, security=broker_security(),
+        metadata_max_age_ms=metadata_max_age_ms(settings),
     )
     store = ArtefactStore(
         connect(settings.redis_url),

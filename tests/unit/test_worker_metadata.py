@@ -1,0 +1,24 @@
+"""The normalizer's consumer sees partitions added to the raw topic well within the inactivity
+timeout (issue 27, make chaos ``raw_partitions``): otherwise a run whose ingress moved to a new
+partition is silent on its old one for longer than the timeout and ends ``inactivity_timeout``,
+its remaining records dead-lettered ``run_ended``."""
+
+from __future__ import annotations
+
+import pytest
+
+from reasonwire.workers.normalize import create_app, metadata_max_age_ms
+from reasonwire.workers.settings import WorkerSettings
+
+
+@pytest.mark.parametrize(("timeout_s", "expected_ms"), [(300.0, 30_000), (8.0, 1_000), (0.5, 1_000), (80.0, 10_000)])
+def test_metadata_age_is_an_eighth_of_the_timeout_between_1_and_30_s(timeout_s: float, expected_ms: int) -> None:
+    assert metadata_max_age_ms(WorkerSettings(inactivity_timeout_s=timeout_s)) == expected_ms
+
+
+def test_the_raw_topic_consumer_is_built_with_that_metadata_age() -> None:
+    """The consumer FastStream builds for the raw subscriber (not aiokafka's 5 min default, which
+    equals the default inactivity timeout)."""
+    app, _ = create_app(WorkerSettings(inactivity_timeout_s=8.0))
+    builders = [config.builder for config in app.broker.config.configs if getattr(config, "builder", None) is not None]
+    assert builders and all(b.keywords["metadata_max_age_ms"] == 1_000 for b in builders)
