@@ -18,10 +18,19 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,native]'
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install reasonwire with its test dependencies
+
+# The compiled core (tools/build_native.py, mypyc; workers/native.py loads it only while every
+# source it was built from is unchanged). Without a C compiler everything runs as pure Python.
+NATIVE := build/native/manifest.json
+$(NATIVE): $(STAMP) $(wildcard workers/core/*.py workers/translators/*.py) contracts/topics.py tools/build_native.py
+	@$(PY) tools/build_native.py || echo "make native: the core stays pure Python (see above)"
+
+.PHONY: native
+native: $(NATIVE) ## compile the sans-I/O core with mypyc into build/native (used while current; RW_NATIVE=off: pure Python)
 
 services: ## start Kafka (KRaft) and Redis on 127.0.0.1:9092/6379 (KAFKA_PORT, REDIS_PORT), idempotent; refuses ports it did not take
 	bash deploy/services.sh up
@@ -32,7 +41,7 @@ services-down: ## stop the local Kafka and Redis
 # Services (deploy/with-services.sh): the ones KAFKA_BOOTSTRAP_SERVERS / REDIS_URL name, else
 # a private Kafka + Redis on spare ports, stopped afterwards. Where a Docker engine answers
 # (or RW_SERVICES=testcontainers) the integration fixtures start containers instead.
-test: $(STAMP) ## run every test (unit, conformance, integration), services included, on its own spare ports
+test: $(STAMP) $(NATIVE) ## run every test (unit, conformance, integration), services included, on its own spare ports
 	@$(MAKE) --no-print-directory e2e-deps || echo "make test: could not install Node.js / chromium / the pinned npm packages; the gateway's browser and HttpAgent tests will skip, saying so"
 	@svc=$$($(PY) -m tests.integration.service_choice) || exit 2; \
 	if [ "$$svc" = local ]; then \
@@ -50,7 +59,7 @@ CLUSTER_STATE ?= $(or $(RW_CLUSTER_STATE),/tmp/reasonwire-cluster)
 CLUSTER_TESTS ?= tests/integration/test_cluster.py
 CLUSTER_SUITE ?= tests/integration/test_store.py tests/integration/test_replay_store.py tests/integration/test_normalizer_worker.py tests/integration/test_retention.py
 .PHONY: test-cluster
-test-cluster: $(STAMP) ## start a Redis Cluster (3+3) and a 3-broker Kafka cluster, run the cluster tests and the store suite on them, stop them
+test-cluster: $(STAMP) $(NATIVE) ## start a Redis Cluster (3+3) and a 3-broker Kafka cluster, run the cluster tests and the store suite on them, stop them
 	@start=$$(date +%s); \
 	env=$$(RW_STATE=$(CLUSTER_STATE) bash deploy/cluster.sh up --redis-cluster --kafka-brokers 3) || { RW_STATE=$(CLUSTER_STATE) bash deploy/cluster.sh down; exit 2; }; \
 	kafka=$$(sed -n 's/^KAFKA_BOOTSTRAP_SERVERS=//p' <<<"$$env"); redis=$$(sed -n 's/^REDIS_URL=//p' <<<"$$env"); \
@@ -59,7 +68,7 @@ test-cluster: $(STAMP) ## start a Redis Cluster (3+3) and a 3-broker Kafka clust
 	RW_STATE=$(CLUSTER_STATE) bash deploy/cluster.sh down >/dev/null 2>&1 || true; \
 	echo "make test-cluster: exit $$rc in $$(( $$(date +%s) - start ))s"; exit $$rc
 
-test-unit: $(STAMP) ## run the tests that need no services
+test-unit: $(STAMP) $(NATIVE) ## run the tests that need no services
 	$(PY) -m pytest -q -m "not integration"
 
 # The main job: Kafka + Redis (a private pair on spare ports, or the ones
@@ -68,7 +77,7 @@ test-unit: $(STAMP) ## run the tests that need no services
 # URL on the gateway (deploy/run-demo.sh: kept up until Ctrl-C in a terminal, RW_DEMO_HOLD=1|0
 # to choose; stopped at once elsewhere, so CI and the tests end by themselves). Without Java
 # (no way to run the broker) it says what to install and translates offline instead.
-run: $(STAMP) ## the whole pipeline on the sample streams: services, worker, gateway, publish, show; in a terminal the viewer stays up until Ctrl-C
+run: $(STAMP) $(NATIVE) ## the whole pipeline on the sample streams: services, worker, gateway, publish, show; in a terminal the viewer stays up until Ctrl-C
 	@if [ -z "$${KAFKA_BOOTSTRAP_SERVERS:-}" ] && ! command -v java >/dev/null; then \
 	  echo "make run: no Kafka broker: set KAFKA_BOOTSTRAP_SERVERS, or install Java 17 and Maven (apt-get install openjdk-17-jre-headless maven); translating offline instead"; \
 	  $(MAKE) --no-print-directory translate-samples; exit 0; \
@@ -87,7 +96,7 @@ e2e-deps: ## install what the gateway e2e tests need: Node.js + npm, chromium (a
 # Services as for `make run` (deploy/with-services.sh: the ones KAFKA_BOOTSTRAP_SERVERS / REDIS_URL
 # name, else a private pair on spare ports); the gateway creates its topic; Ctrl-C stops it and
 # the services it started.
-gateway: $(STAMP) ## run `reasonwire gateway` (AG-UI SSE, HttpAgent endpoint, HTTP ingress, viewer) on GATEWAY_PORT (8780) until Ctrl-C, services included; keys from RW_GATEWAY_KEYS(_FILE)
+gateway: $(STAMP) $(NATIVE) ## run `reasonwire gateway` (AG-UI SSE, HttpAgent endpoint, HTTP ingress, viewer) on GATEWAY_PORT (8780) until Ctrl-C, services included; keys from RW_GATEWAY_KEYS(_FILE)
 	@RW_CREATE_TOPICS=true bash deploy/with-services.sh $(VENV)/bin/reasonwire gateway --port $${GATEWAY_PORT:-8780}
 
 translate-samples: $(STAMP) ## run `reasonwire translate` over the sample streams (tests/fixtures, or RW_SAMPLES), no services
@@ -113,11 +122,11 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 # Not part of `make test`. Services as for `make test` (deploy/with-services.sh).
 .PHONY: bench
-bench: $(BENCH_STAMP) ## benchmarks (translator vs JSON floor and LiteLLM, worker vs passthrough, memory); writes bench/results/
+bench: $(BENCH_STAMP) $(NATIVE) ## benchmarks (translator vs JSON floor and LiteLLM, worker vs passthrough, memory); writes bench/results/
 	@RW_CREATE_TOPICS=true bash deploy/with-services.sh $(PY) -m bench $(BENCH_ARGS)
 
 .PHONY: bench-scale
-bench-scale: $(BENCH_STAMP) ## throughput of 1, 2 and 4 normalizer workers in one group (docs/scaling.md); writes bench/results/scale.json
+bench-scale: $(BENCH_STAMP) $(NATIVE) ## throughput of 1, 2 and 4 normalizer workers in one group (docs/scaling.md); writes bench/results/scale.json
 	@RW_CREATE_TOPICS=true bash deploy/with-services.sh $(PY) -m bench.scale $(BENCH_ARGS)
 
 # Not part of `make test` (tests/unit/test_fuzz_short.py runs a short fixed-seed campaign there).
@@ -128,11 +137,11 @@ fuzz: $(STAMP) ## mutation fuzz campaign (1M events per grammar, seeded) + scali
 	$(PY) -m fuzz $(FUZZ_ARGS)
 
 clean: ## remove the virtualenv and outputs
-	rm -rf $(VENV) out .pytest_cache
+	rm -rf $(VENV) out .pytest_cache build
 
 # Not part of `make test`: about 10 minutes, its own Kafka and Redis (ports 19710-19716,
 # state /tmp/rw-chaos; CHAOS_KAFKA_PORT / CHAOS_REDIS_PORT / CHAOS_STATE to move them).
 .PHONY: chaos
-chaos: $(STAMP) ## fault and bad-input run of the worker on real services, then broker kills on a 3-broker cluster; one table each (docs/reliability.md)
+chaos: $(STAMP) $(NATIVE) ## fault and bad-input run of the worker on real services, then broker kills on a 3-broker cluster; one table each (docs/reliability.md)
 	$(PY) -m chaos $(CHAOS_ARGS)
 	$(PY) -m chaos --kafka-brokers 3 --state /tmp/rw-chaos-cluster --out out/chaos-cluster $(CHAOS_CLUSTER_ARGS)

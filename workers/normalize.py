@@ -35,7 +35,7 @@ from faststream.kafka.annotations import KafkaMessage
 from reasonwire.contracts import topics
 from reasonwire.contracts.policy import PolicyBook
 from reasonwire.contracts.topic_plan import plan
-from reasonwire.workers import handoff, topics_admin
+from reasonwire.workers import handoff, native, topics_admin
 from reasonwire.workers.core.backoff import Backoff, Degradation, Report
 from reasonwire.workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
 from reasonwire.workers.core.delivery_machine import (
@@ -822,6 +822,7 @@ def run(settings: WorkerSettings | None = None) -> None:
     """``reasonwire worker normalize``: run until SIGINT/SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     install_log_throttle()  # aiokafka logs every failed connection attempt (issue 13, finding 4)
+    log.info("core and translators: %s (workers/native.py)", native.status())
     app, _ = create_app(settings)
     app.after_startup(tune_gc)  # the process's own: not in create_app, which tests run inside pytest
     with topics_admin.start_failures(log):

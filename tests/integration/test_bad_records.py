@@ -37,6 +37,7 @@ from reasonwire.workers.settings import WorkerSettings
 from reasonwire.workers.sse import read_events
 from reasonwire.workers.telemetry import setup_telemetry
 from reasonwire.workers.translators import translator_for
+from tests.translator_faults import Replaced
 
 pytestmark = pytest.mark.integration
 
@@ -370,8 +371,7 @@ async def test_an_exception_in_translation_fails_only_its_run_issue18_second_lin
                 raise RecursionError("a translator bug")
             return feed(raw, **kw)
 
-        translator.feed = feed_or_raise
-        return translator
+        return Replaced(translator, feed=feed_or_raise)
 
     normalize.translator_for = exploding  # type: ignore[assignment]
     try:

@@ -75,6 +75,7 @@ from reasonwire.workers.core.normalizer import JournalEntry, Normalizer, Outboun
 from reasonwire.workers.ingress import RunEnvelope, raw_records
 from reasonwire.workers.sse import ProviderEvent, read_events
 from reasonwire.workers.translators import translator_for
+from tests.translator_faults import Replaced
 
 SEEDS = int(os.environ.get("RW_SIM_SEEDS", "500"))
 """~4 s of CPU per ``make test``; ``RW_SIM_SEEDS=20000`` for a longer campaign."""
@@ -607,8 +608,7 @@ def exploding_translators(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
                 raise ValueError("a translator bug")
             return feed(raw, **kw)
 
-        translator.feed = feed_or_raise
-        return translator
+        return Replaced(translator, feed=feed_or_raise)
 
     monkeypatch.setattr(sys.modules[__name__], "translator_for", exploding)
     yield

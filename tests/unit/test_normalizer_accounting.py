@@ -19,6 +19,7 @@ from reasonwire.workers.core.normalizer import DeadLetter, Ended, JournalEntry, 
 from reasonwire.workers.ingress import RunEnvelope, raw_records
 from reasonwire.workers.sse import read_events
 from reasonwire.workers.translators import translator_for
+from tests.translator_faults import Replaced
 
 FIXTURE = LOCAL_FIXTURES / "openai-responses" / "c_interleaved_reasoning_tool_calls.jsonl"
 RUN = RunEnvelope("openai-responses", "run-a", "thread-a", tenant="acme")
@@ -151,8 +152,7 @@ def test_an_exception_in_the_translator_fails_its_run_only_issue18() -> None:
     def exploding(*args: Any, **kwargs: Any) -> Any:
         translator = translator_for(*args, **kwargs)
         feed = translator.feed
-        translator.feed = lambda raw, **kw: (_ for _ in ()).throw(RecursionError("secret")) if b"BOOM" in raw else feed(raw, **kw)
-        return translator
+        return Replaced(translator, feed=lambda raw, **kw: (_ for _ in ()).throw(RecursionError("secret")) if b"BOOM" in raw else feed(raw, **kw))
 
     victim, other = _records(), _records(RunEnvelope("openai-responses", "run-b", "thread-b"))
     victim[5] = RawRecord(victim[5].key, b'{"BOOM":1}', victim[5].headers, 0, 5)
@@ -260,12 +260,15 @@ def test_a_unicode_digit_seq_is_an_invalid_envelope_not_an_exception_issue13() -
     assert isinstance(routed, DeadLetter) and routed.code is DeadLetterCode.INVALID_ENVELOPE
 
 
-def test_a_usage_record_that_cannot_be_serialized_costs_the_usage_not_the_run_issue18(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(_: Any) -> bytes:
-        raise TypeError("max depth")
+def test_a_usage_record_that_cannot_be_serialized_costs_the_usage_not_the_run_issue18() -> None:
+    def refusing(grammar: Any, /, **kwargs: Any) -> Any:
+        """Translators whose usage record holds a value its serializer refuses (the translator let
+        it through): the core's ``record_json`` fails on it, compiled or not."""
+        translator = translator_for(grammar, **kwargs)
+        made = translator.usage_record
+        return Replaced(translator, usage_record=lambda **kw: made(**kw).model_copy(update={"stop_reason": object()}))
 
-    monkeypatch.setattr(core, "record_json", refuse)
-    steps = _feed(Normalizer(translators=translator_for), _records())
+    steps = _feed(Normalizer(translators=refusing), _records())
     events = _events(steps)
     assert events[-1][1]["type"] == "RUN_FINISHED"  # the run's own events are fine
     assert not [o for s in steps for o in s.outbound if o.topic == topics.USAGE]

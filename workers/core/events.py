@@ -47,7 +47,9 @@ def as_model(event: WireEvent) -> BaseEvent:
         return _adapter().validate_python(event)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['type']}" for e in exc.errors())
-        raise ValueError(f"not an AG-UI 1.0 event ({problems})") from None
+    # raised outside the handler, so it has no context at all: compiled by mypyc, ``from None``
+    # kept pydantic's error as ``__context__`` and a logged traceback quoted the value (P8)
+    raise ValueError(f"not an AG-UI 1.0 event ({problems})")
 
 
 def _with_meta(kind: str, metadata: dict[str, Any] | None) -> WireEvent:

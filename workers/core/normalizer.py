@@ -45,7 +45,7 @@ from collections import OrderedDict
 from functools import partial
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from reasonwire.contracts import topics
 from reasonwire.contracts.artefacts import ArtefactRecord
@@ -69,7 +69,7 @@ from reasonwire.workers.core.delivery import DeadLetterCode, OutputLimits, dead_
 from reasonwire.workers.core.discipline import METADATA_KEY
 from reasonwire.workers.core.events import WireEvent
 from reasonwire.workers.core.fence import SilenceClock, next_head
-from reasonwire.workers.core.translator import ErrorCode, RunEnd, Translation, Translator, TranslatorFactory, TranslatorWarning
+from reasonwire.workers.core.translator import ErrorCode, RunEnd, RunTranslator, Translation, TranslatorFactory, TranslatorWarning
 from reasonwire.workers.core.wire import event_json, record_json
 
 
@@ -237,7 +237,7 @@ class RunInput:
 
 @dataclass
 class _RunState:
-    translator: Translator
+    translator: RunTranslator
     envelope: RawEnvelope
     partition: int
     policy: RetentionPolicy
@@ -785,7 +785,7 @@ class Normalizer:
         trusted_filter, public_filter = state.trusted, state.public
         trusted_all, public_all = state.trusted_all, state.public_all
         outbound = step.outbound
-        reasoning = step.reasoning if step.reasoning else None
+        reasoning = cast("list[tuple[str, str | None]] | None", step.reasoning) if step.reasoning else None  # set below: a list
         seq, public_seq = state.event_seq, state.public_seq
         cached = len(_SEQ_HEADERS)
         try:
@@ -796,7 +796,8 @@ class Normalizer:
                         step.secrets = [*step.secrets, event.get("encryptedValue") or ""]
                     else:
                         if reasoning is None:
-                            reasoning = step.reasoning = []
+                            reasoning = []
+                            step.reasoning = reasoning
                         delta = (event.get("delta") or "") if p8 is _READABLE else None  # None: the message ends
                         reasoning.append((event.get("messageId", ""), delta))
                 trusted = event if trusted_all and "rawEvent" not in event else trusted_filter.admit(event)

@@ -65,6 +65,7 @@ from functools import lru_cache
 from typing import Any, ClassVar, Protocol
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 from reasonwire.contracts.artefacts import ArtefactRecord, Issuer
 from reasonwire.contracts.grammars import Grammar
@@ -133,6 +134,28 @@ class Translation:
 Handler = Callable[[Any, dict[str, Any]], None]
 
 
+class RunTranslator(Protocol):
+    """What the normalizer asks of one run's translator (:class:`Translator` is the implementation).
+
+    The normalizer holds translators by this interface, not by the base class: compiled by mypyc,
+    a value typed with a class is checked against it at run time, and the delivery simulation
+    feeds the normalizer a stub that needs only these."""
+
+    end: RunEnd | None
+    line: int
+
+    @property
+    def ended(self) -> bool: ...
+
+    def feed(self, raw: bytes, *, sse_event: str | None = None, at_ms: float | None = None) -> Translation: ...
+
+    def finish(self) -> Translation: ...
+
+    def abort(self, reason: str, *, code: ErrorCode = ErrorCode.INTERRUPTED) -> Translation: ...
+
+    def usage_record(self, *, tenant: str | None = None) -> UsageRecord: ...
+
+
 class TranslatorFactory(Protocol):
     """Makes a fresh translator for one run of a grammar (``reasonwire.workers.translators.translator_for``).
 
@@ -141,15 +164,19 @@ class TranslatorFactory(Protocol):
 
     def __call__(
         self, grammar: Grammar, /, *, run_id: str, thread_id: str, model: str | None, issuer_scope: str | None
-    ) -> Translator: ...
+    ) -> RunTranslator: ...
 
 
+# the grammars' translators subclass it and stay interpreted when the core is compiled
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Translator:
     """Base of every grammar's translator; subclasses supply ``HANDLERS`` and hooks."""
 
     grammar: ClassVar[Grammar]
     HANDLERS: ClassVar[Mapping[str, Handler]]
-    """Provider event type → handler. Anything not here is an unknown event (P3)."""
+    """Provider event type → handler. Anything not here is an unknown event (P3). A subclass sets
+    it after its class body (``Cls.HANDLERS = {…: Cls._on_x}``): compiled by mypyc
+    (``tools/build_native.py``), a class body's table of its own functions does not resolve."""
 
     def __init__(
         self,
@@ -182,6 +209,12 @@ class Translator:
         """Delivery key → hash of the bytes that carried it, for the last ``DELIVERY_WINDOW`` keys."""
         self.time_to_first_reasoning_ms: float | None = None
         self.time_to_first_text_ms: float | None = None
+        self._init_grammar_state()
+
+    def _init_grammar_state(self) -> None:
+        """Hook: a grammar's own per-run state, set up at the end of ``__init__``. A subclass
+        overrides this rather than ``__init__(**kwargs)``, which mypyc compiles wrongly (it passed
+        the keywords as one positional argument)."""
 
     # -- public API ---------------------------------------------------------------
 
@@ -231,7 +264,7 @@ class Translator:
                 return self._reject(f"event nested deeper than {MAX_NESTING} levels")
             event_type = self.event_type(obj, sse_event)
             handler = self.HANDLERS.get(event_type) if event_type is not None else None
-            if handler is None:
+            if handler is None or event_type is None:
                 self.counters["unknown_events"] += 1
                 self._warn("unknown_event", f"unknown {self.grammar.value} event type {event_type!r} skipped")
                 return self._collect()

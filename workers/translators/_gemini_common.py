@@ -66,8 +66,8 @@ class GeminiTranslator(Translator):
 
     usage_fields: ClassVar[UsageFields]
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def _init_grammar_state(self) -> None:
+        super()._init_grammar_state()
         self._unstarted_thoughts: dict[Hashable, str] = {}
         self._signed_thoughts: set[Hashable] = set()
         """Thoughts holding a signature whose message has not started (no text yet)."""

@@ -87,8 +87,8 @@ class AnthropicMessagesTranslator(Translator):
 
     grammar = Grammar.ANTHROPIC_MESSAGES
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def _init_grammar_state(self) -> None:
+        super()._init_grammar_state()
         self._blocks: dict[int, _Block] = {}
         self._usage_raw: dict[str, Any] = {}
         self._tool_call_ids: list[str] = []
@@ -316,16 +316,18 @@ class AnthropicMessagesTranslator(Translator):
             provider_raw=dict(raw),
         )
 
-    HANDLERS = {
-        "message_start": _on_message_start,
-        "content_block_start": _on_block_start,
-        "content_block_delta": _on_block_delta,
-        "content_block_stop": _on_block_stop,
-        "message_delta": _on_message_delta,
-        "message_stop": _on_message_stop,
-        "ping": _on_ping,
-        "error": _on_error,
-    }
+
+# set after the class body (see Translator.HANDLERS)
+AnthropicMessagesTranslator.HANDLERS = {
+    "message_start": AnthropicMessagesTranslator._on_message_start,
+    "content_block_start": AnthropicMessagesTranslator._on_block_start,
+    "content_block_delta": AnthropicMessagesTranslator._on_block_delta,
+    "content_block_stop": AnthropicMessagesTranslator._on_block_stop,
+    "message_delta": AnthropicMessagesTranslator._on_message_delta,
+    "message_stop": AnthropicMessagesTranslator._on_message_stop,
+    "ping": AnthropicMessagesTranslator._on_ping,
+    "error": AnthropicMessagesTranslator._on_error,
+}
 
 
 _BLOCK_STARTS = {

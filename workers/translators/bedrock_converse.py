@@ -120,8 +120,8 @@ class BedrockConverseTranslator(Translator):
 
     grammar = Grammar.BEDROCK_CONVERSE
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def _init_grammar_state(self) -> None:
+        super()._init_grammar_state()
         self._blocks: dict[int, _Block] = {}
         self._tool_call_ids: list[str] = []
         self._message_stopped = False
@@ -345,20 +345,22 @@ class BedrockConverseTranslator(Translator):
             self.artefacts.release(index)  # its refresh fills in the block's text
         self.run.close_span(("span", index))
 
-    HANDLERS = {
-        "messageStart": _on_message_start,
-        "contentBlockStart": _on_block_start,
-        "contentBlockDelta": _on_block_delta,
-        "contentBlockStop": _on_block_stop,
-        "messageStop": _on_message_stop,
-        "metadata": _on_metadata,
-        "internalServerException": _on_exception,
-        "modelStreamErrorException": _on_exception,
-        "validationException": _on_exception,
-        "throttlingException": _on_exception,
-        "serviceUnavailableException": _on_exception,
-        _SEVERAL_MEMBERS: _on_several_members,
-    }
+
+# set after the class body (see Translator.HANDLERS)
+BedrockConverseTranslator.HANDLERS = {
+    "messageStart": BedrockConverseTranslator._on_message_start,
+    "contentBlockStart": BedrockConverseTranslator._on_block_start,
+    "contentBlockDelta": BedrockConverseTranslator._on_block_delta,
+    "contentBlockStop": BedrockConverseTranslator._on_block_stop,
+    "messageStop": BedrockConverseTranslator._on_message_stop,
+    "metadata": BedrockConverseTranslator._on_metadata,
+    "internalServerException": BedrockConverseTranslator._on_exception,
+    "modelStreamErrorException": BedrockConverseTranslator._on_exception,
+    "validationException": BedrockConverseTranslator._on_exception,
+    "throttlingException": BedrockConverseTranslator._on_exception,
+    "serviceUnavailableException": BedrockConverseTranslator._on_exception,
+    _SEVERAL_MEMBERS: BedrockConverseTranslator._on_several_members,
+}
 
 
 _DELTAS: dict[str, Callable[[BedrockConverseTranslator, int, _Block | None, Any], None]] = {

@@ -130,8 +130,8 @@ class GeminiGenerateContentTranslator(GeminiTranslator):
         thoughts="thoughtsTokenCount",
     )
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def _init_grammar_state(self) -> None:
+        super()._init_grammar_state()
         self._part_index = 0
         self._units = 0
         self._unit: _Unit | None = None
@@ -307,10 +307,12 @@ class GeminiGenerateContentTranslator(GeminiTranslator):
         for key in unit.signatures:
             self.artefacts.release(key, **updates)
 
-    HANDLERS = {
-        "chunk": _on_chunk,
-        "error": GeminiTranslator._on_error,
-    }
+
+# set after the class body (see Translator.HANDLERS)
+GeminiGenerateContentTranslator.HANDLERS = {
+    "chunk": GeminiGenerateContentTranslator._on_chunk,
+    "error": GeminiTranslator._on_error,
+}
 
 
 _PART_METADATA = frozenset({"thoughtSignature", "thought", "partMetadata"})

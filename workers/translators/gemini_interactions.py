@@ -113,8 +113,8 @@ class GeminiInteractionsTranslator(GeminiTranslator):
         thoughts="total_thought_tokens",
     )
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def _init_grammar_state(self) -> None:
+        super()._init_grammar_state()
         self._steps: dict[int, _Step] = {}
         self._tool_call_ids: list[str] = []
 
@@ -294,15 +294,17 @@ class GeminiInteractionsTranslator(GeminiTranslator):
             raise ProviderGrammarError(f"{where}: step {index} is not open")
         return entry
 
-    HANDLERS = {
-        "interaction.created": _on_created,
-        "interaction.status_update": _on_status_update,
-        "step.start": _on_step_start,
-        "step.delta": _on_step_delta,
-        "step.stop": _on_step_stop,
-        "interaction.completed": _on_completed,
-        "error": GeminiTranslator._on_error,
-    }
+
+# set after the class body (see Translator.HANDLERS)
+GeminiInteractionsTranslator.HANDLERS = {
+    "interaction.created": GeminiInteractionsTranslator._on_created,
+    "interaction.status_update": GeminiInteractionsTranslator._on_status_update,
+    "step.start": GeminiInteractionsTranslator._on_step_start,
+    "step.delta": GeminiInteractionsTranslator._on_step_delta,
+    "step.stop": GeminiInteractionsTranslator._on_step_stop,
+    "interaction.completed": GeminiInteractionsTranslator._on_completed,
+    "error": GeminiTranslator._on_error,
+}
 
 
 _STEP_STARTS: dict[str, Callable[[GeminiInteractionsTranslator, int, dict[str, Any]], None]] = {

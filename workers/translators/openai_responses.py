@@ -244,8 +244,8 @@ class OpenAIResponsesTranslator(Translator):
 
     grammar = Grammar.OPENAI_RESPONSES
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def _init_grammar_state(self) -> None:
+        super()._init_grammar_state()
         self._items: dict[int, _Item] = {}
         self._awaiting_follower: _Item | None = None
         """The last finished reasoning item whose following item is not known yet (§1.7)."""
@@ -662,33 +662,35 @@ class OpenAIResponsesTranslator(Translator):
             self._warned_types.add(kind)
             self._warn("unsupported_event", f"{self.grammar.value} event type {kind!r} is not translated; skipped")
 
-    HANDLERS = {
-        "response.created": _on_response_start,
-        "response.in_progress": _on_response_start,
-        "response.queued": _on_response_start,
-        "response.output_item.added": _on_item_added,
-        "response.output_item.done": _on_item_done,
-        "response.reasoning_summary_part.added": _on_summary_part_added,
-        "response.reasoning_summary_part.done": _on_summary_part_done,
-        "response.reasoning_summary_text.delta": _on_delta,
-        "response.reasoning_summary_text.done": _on_text_done,
-        "response.reasoning_text.delta": _on_delta,
-        "response.reasoning_text.done": _on_text_done,
-        "response.content_part.added": _on_content_part_added,
-        "response.content_part.done": _on_content_part_done,
-        "response.output_text.delta": _on_delta,
-        "response.output_text.done": _on_text_done,
-        "response.output_text.annotation.added": _on_annotation,
-        "response.refusal.delta": _on_delta,
-        "response.refusal.done": _on_text_done,
-        "response.function_call_arguments.delta": _on_delta,
-        "response.function_call_arguments.done": _on_text_done,
-        "response.completed": _on_completed,
-        "response.incomplete": _on_incomplete,
-        "response.failed": _on_failed,
-        "error": _on_error,
-        **dict.fromkeys(_UNSUPPORTED_EVENTS, _on_unsupported_event),
-    }
+
+# set after the class body (see Translator.HANDLERS)
+OpenAIResponsesTranslator.HANDLERS = {
+    "response.created": OpenAIResponsesTranslator._on_response_start,
+    "response.in_progress": OpenAIResponsesTranslator._on_response_start,
+    "response.queued": OpenAIResponsesTranslator._on_response_start,
+    "response.output_item.added": OpenAIResponsesTranslator._on_item_added,
+    "response.output_item.done": OpenAIResponsesTranslator._on_item_done,
+    "response.reasoning_summary_part.added": OpenAIResponsesTranslator._on_summary_part_added,
+    "response.reasoning_summary_part.done": OpenAIResponsesTranslator._on_summary_part_done,
+    "response.reasoning_summary_text.delta": OpenAIResponsesTranslator._on_delta,
+    "response.reasoning_summary_text.done": OpenAIResponsesTranslator._on_text_done,
+    "response.reasoning_text.delta": OpenAIResponsesTranslator._on_delta,
+    "response.reasoning_text.done": OpenAIResponsesTranslator._on_text_done,
+    "response.content_part.added": OpenAIResponsesTranslator._on_content_part_added,
+    "response.content_part.done": OpenAIResponsesTranslator._on_content_part_done,
+    "response.output_text.delta": OpenAIResponsesTranslator._on_delta,
+    "response.output_text.done": OpenAIResponsesTranslator._on_text_done,
+    "response.output_text.annotation.added": OpenAIResponsesTranslator._on_annotation,
+    "response.refusal.delta": OpenAIResponsesTranslator._on_delta,
+    "response.refusal.done": OpenAIResponsesTranslator._on_text_done,
+    "response.function_call_arguments.delta": OpenAIResponsesTranslator._on_delta,
+    "response.function_call_arguments.done": OpenAIResponsesTranslator._on_text_done,
+    "response.completed": OpenAIResponsesTranslator._on_completed,
+    "response.incomplete": OpenAIResponsesTranslator._on_incomplete,
+    "response.failed": OpenAIResponsesTranslator._on_failed,
+    "error": OpenAIResponsesTranslator._on_error,
+    **dict.fromkeys(_UNSUPPORTED_EVENTS, OpenAIResponsesTranslator._on_unsupported_event),
+}
 
 
 _RESPONSE_STARTS = frozenset({"response.created", "response.in_progress", "response.queued"})

@@ -1,0 +1,114 @@
+"""``python tools/build_native.py``: compile the sans-I/O core with mypyc into ``build/native/``.
+
+The worker's own logic per raw record — the translator, the normalizer's numbering, audience
+filters and serialization — is a flat profile of small Python functions (issue 27 item 3);
+compiled by mypyc it costs about 0.7× in process. The compiled build is optional: the same
+``.py`` files are the source of truth, and :mod:`reasonwire.workers.native` loads the build
+only while every source it was compiled from is unchanged (a manifest of SHA-256 digests), so
+an edit is never shadowed by a stale extension. Without a C compiler or mypy the build fails,
+says so, and everything runs as pure Python.
+
+mypyc names a module by its path, so the modules are compiled from a staged copy laid out as
+installed (``reasonwire/workers/core/…``); the extensions and the shared library of the group
+(``reasonwire_native__mypyc``) land in ``build/native/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "build" / "native"
+STAGE = ROOT / "build" / "native-stage"
+GROUP = "reasonwire_native"
+
+# The modules compiled: the core and the grammars' translators, which a raw record passes through. Left out: ``delivery`` and
+# ``delivery_machine`` (per poll, not per record, and driven by the simulation's monkeypatched
+# faults), ``backoff`` (timers), ``surrogates`` (an error path).
+MODULES = (
+    "workers/core/artefacts.py",
+    "workers/core/audience.py",
+    "workers/core/discipline.py",
+    "workers/core/errors.py",
+    "workers/core/events.py",
+    "workers/core/fence.py",
+    "workers/core/limits.py",
+    "workers/core/normalizer.py",
+    "workers/core/translator.py",
+    "workers/core/wire.py",
+    "workers/translators/_gemini_common.py",
+    "workers/translators/anthropic_messages.py",
+    "workers/translators/bedrock_converse.py",
+    "workers/translators/gemini_generate_content.py",
+    "workers/translators/gemini_interactions.py",
+    "workers/translators/openai_responses.py",
+)
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def abi_tag() -> str:
+    """The interpreter the extensions are built for (``cpython-311-x86_64-linux-gnu``)."""
+    return str(sysconfig.get_config_var("SOABI"))
+
+
+def stage() -> None:
+    """A copy of ``workers/`` and ``contracts/`` under ``reasonwire/`` (mypy follows the imports)."""
+    shutil.rmtree(STAGE, ignore_errors=True)
+    package = STAGE / "reasonwire"
+    ignore = shutil.ignore_patterns("__pycache__", "*.so")
+    for name in ("workers", "contracts"):
+        shutil.copytree(ROOT / name, package / name, ignore=ignore)
+    (package / "__init__.py").write_text("")
+
+
+def compile_stage() -> None:
+    """mypyc + setuptools ``build_ext`` in the stage, its output straight into ``build/native``."""
+    paths = [f"reasonwire/{m}" for m in MODULES]
+    script = (
+        "import sys\n"
+        "from setuptools import setup\n"
+        "from mypyc.build import mypycify\n"
+        f"setup(name='reasonwire-native', ext_modules=mypycify({paths!r}, group_name={GROUP!r}, opt_level='3'),\n"
+        f"      script_args=['build_ext', '--build-lib', {str(OUT)!r}, '--build-temp', 'temp'])\n"
+    )
+    env = {**os.environ, "MYPYC_OPT_LEVEL": "3"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=STAGE, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
+        raise SystemExit(f"build_native: mypyc failed (the core stays pure Python):\n{tail}")
+
+
+def write_manifest(seconds: float) -> None:
+    sources = {m: digest(ROOT / m) for m in MODULES}
+    manifest = {"abi": abi_tag(), "group": GROUP, "modules": list(MODULES), "sources": sources, "build_s": round(seconds, 1)}
+    (OUT / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+def main() -> None:
+    started = time.monotonic()
+    try:
+        import mypyc  # noqa: F401
+    except ImportError:
+        raise SystemExit("build_native: mypy is not installed (pip install -e '.[native]'); the core stays pure Python") from None
+    shutil.rmtree(OUT, ignore_errors=True)
+    OUT.mkdir(parents=True)
+    stage()
+    compile_stage()
+    write_manifest(time.monotonic() - started)
+    shutil.rmtree(STAGE, ignore_errors=True)
+    print(f"build_native: {len(MODULES)} modules compiled into {OUT.relative_to(ROOT)} in {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
