@@ -34,7 +34,7 @@ import orjson
 
 from bench import ab, cpu, e2e, gateway, hostload, litellm_compare, memory, profiles, targets
 from bench.streams import runs, templates
-from reasonwire.workers import handoff
+from reasonwire.workers import handoff, native
 from reasonwire.workers.translators import implemented
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -73,6 +73,7 @@ def machine() -> dict[str, Any]:
         "kafka_bootstrap": os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
         "redis_url": os.environ.get("REDIS_URL"),
         "load_at_start": os.getloadavg()[0],
+        "core": native.status(),  # the worker's hot path compiled or pure (workers/native.py)
     }
 
 
@@ -499,7 +500,7 @@ def _met(ok: bool | None) -> str:
 def render_table(r: dict[str, Any]) -> str:
     s, m = r["summary"], r["machine"]
     lines = [
-        f"reasonwire benchmarks — {r['started']} — {m['nproc']} × {m['cpu_model']}, Python {m['python']} — `{r['command']}` "
+        f"reasonwire benchmarks — {r['started']} — {m['nproc']} × {m['cpu_model']}, Python {m['python']}, core {m.get('core', '?')} — `{r['command']}` "
         f"— load average at start {m['load_at_start']:.2f}, at end {r.get('load_at_end', float('nan')):.2f}",
         "",
         "| measure | result (this run) | target | met |",

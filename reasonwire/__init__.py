@@ -34,6 +34,11 @@ if (_SOURCE_TREE / "pyproject.toml").is_file() and (_SOURCE_TREE / "workers" / "
     # code. An installed wheel has no pyproject.toml beside the package, and its own
     # ``reasonwire/workers`` is found in ``__path__`` first.
     __path__.append(str(_SOURCE_TREE))
+    # the compiled build of the hot path, when built and current (workers/native.py): installed
+    # here, before any reasonwire module is imported, so each is the compiled one or none is
+    from reasonwire.workers.native import install as _install_native
+
+    _install_native()
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from reasonwire.workers.consumer import AgUiConsumer

@@ -1,6 +1,2 @@
 """reasonwire's runtime: the sans-I/O translators (``reasonwire.workers.core``, ``reasonwire.workers.translators``)
 and the thin adapters around them (CLI, FastStream workers, store, telemetry)."""
-
-from reasonwire.workers.native import install
-
-install()  # the compiled core, when it is built and current (workers/native.py)

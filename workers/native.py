@@ -1,6 +1,7 @@
 """The compiled build of the sans-I/O core, used when it is present and current.
 
-``make`` compiles ``workers/core`` with mypyc into ``build/native/`` (``tools/build_native.py``,
+``make`` compiles the hot path — the core, the translators, the envelope reader, the P8
+registry — with mypyc into ``build/native/`` (``tools/build_native.py``,
 issue 27 item 3: about 0.7× the core's CPU per record). This module decides, once per process,
 whether the extensions are loaded in place of the ``.py`` files: only if the build is for this
 interpreter and every source it was compiled from is byte for byte the file in the tree (its
@@ -11,9 +12,10 @@ shadowed; the compiled modules call each other directly, so it is all of them or
 refuse to start unless the current build is loaded (CI and the benchmarks, which must measure
 what they say they measure).
 
-``reasonwire.workers`` calls :func:`install` when it is imported: a finder in front of
-``sys.meta_path`` answers for the compiled modules only (``reasonwire.workers.core.normalizer``
-→ its extension), so the core itself imports nothing to be compiled.
+``reasonwire`` calls :func:`install` when it is imported from a checkout, before any of its
+modules: a finder in front of ``sys.meta_path`` answers for the compiled modules only
+(``reasonwire.workers.core.normalizer`` → its extension), so the core itself imports nothing
+to be compiled. (An installed wheel has no build: pure Python.)
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ BUILD = Path(__file__).resolve().parents[1] / "build" / "native"
 _state: dict[str, Any] = {}
 
 
-class NativeBuildError(RuntimeError):
-    """``RW_NATIVE=require`` and the compiled build cannot be used."""
+class NativeBuildError(SystemExit):
+    """``RW_NATIVE=require`` and the compiled build cannot be used: the process stops with one
+    line (it is raised while ``reasonwire`` is imported, before any command could catch it)."""
 
 
 def status() -> str:

@@ -44,7 +44,9 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def clone_env(clone: Path, settings: WorkerSettings, state: Path) -> tuple[dict[str, str], list[str]]:
     """The environment and make arguments for running the clone against this session's services."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RW_SAMPLES", "RW_FIXTURES", "VIRTUAL_ENV", "PYTHONPATH")}
+    # RW_NATIVE too: CI requires the compiled build of its own tree; a clone builds its own (make
+    # native, first thing `make run` does) or, outside make, runs pure Python
+    env = {k: v for k, v in os.environ.items() if k not in ("RW_SAMPLES", "RW_FIXTURES", "VIRTUAL_ENV", "PYTHONPATH", "RW_NATIVE")}
     env |= {
         "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
         "REDIS_URL": settings.redis_url,

@@ -139,7 +139,7 @@ class JournalEntry(NamedTuple):
     sse_event: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Step:
     """What the adapter must do for one record, in this order: store, publish, commit.
 
@@ -178,6 +178,45 @@ class Step:
     over as text, so the adapter does not parse the events it publishes to find it."""
     secrets: Sequence[str] = ()
     """P8: the ``encryptedValue`` of this step's ``REASONING_ENCRYPTED_VALUE`` events."""
+
+    def __init__(
+        self,
+        run: RunKey | None = None,
+        thread_id: str | None = None,
+        *,
+        outbound: list[Outbound] | None = None,
+        artefacts: Sequence[ArtefactRecord] = (),
+        artefact_ttl_s: int | None = None,
+        journal_append: JournalEntry | None = None,
+        run_ended: bool = False,
+        warnings: Sequence[TranslatorWarning] = (),
+        skipped: str | None = None,
+        dead_letter: DeadLetterCode | None = None,
+        ended_at: tuple[int, int] | None = None,
+        ended_marker: bytes = b"",
+        error: str | None = None,
+        fence: tuple[str, str] | None = None,
+        reasoning: Sequence[tuple[str, str | None]] = (),
+        secrets: Sequence[str] = (),
+    ) -> None:
+        """Written out (``init=False``), not generated: compiled by mypyc, a dataclass's generated
+        ``__init__`` stays interpreted Python, and one Step is built per record."""
+        self.run = run
+        self.thread_id = thread_id
+        self.outbound = [] if outbound is None else outbound
+        self.artefacts = artefacts
+        self.artefact_ttl_s = artefact_ttl_s
+        self.journal_append = journal_append
+        self.run_ended = run_ended
+        self.warnings = warnings
+        self.skipped = skipped
+        self.dead_letter = dead_letter
+        self.ended_at = ended_at
+        self.ended_marker = ended_marker
+        self.error = error
+        self.fence = fence
+        self.reasoning = reasoning
+        self.secrets = secrets
 
 
 @dataclass
@@ -228,11 +267,15 @@ class Ended(NamedTuple):
             return cls()
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RunInput:
     record: RawRecord
     envelope: RawEnvelope
     run: RunKey
+
+    def __init__(self, record: RawRecord, envelope: RawEnvelope, run: RunKey) -> None:
+        """Written out: one per record (see :class:`Step`)."""
+        self.record, self.envelope, self.run = record, envelope, run
 
 
 @dataclass

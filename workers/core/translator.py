@@ -121,7 +121,7 @@ class Rejection:
     reason: str
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Translation:
     """What one call into a translator produced (events in AG-UI wire shape, ``reasonwire.workers.core.events``)."""
 
@@ -129,6 +129,19 @@ class Translation:
     artefacts: list[ArtefactRecord] = field(default_factory=list)
     warnings: list[TranslatorWarning] = field(default_factory=list)
     rejection: Rejection | None = None
+
+    def __init__(
+        self,
+        events: list[WireEvent] | None = None,
+        artefacts: list[ArtefactRecord] | None = None,
+        warnings: list[TranslatorWarning] | None = None,
+        rejection: Rejection | None = None,
+    ) -> None:
+        """Written out: one per event fed (see ``normalizer.Step``)."""
+        self.events = [] if events is None else events
+        self.artefacts = [] if artefacts is None else artefacts
+        self.warnings = [] if warnings is None else warnings
+        self.rejection = rejection
 
 
 Handler = Callable[[Any, dict[str, Any]], None]
