@@ -90,6 +90,8 @@ def worktrees(revs: set[str]) -> Iterator[dict[str, Path]]:
             path = base / rev.replace("/", "_")
             subprocess.run(["git", "-C", str(e2e.ROOT), "worktree", "add", "--detach", "-q", str(path), rev], check=True)
             made[rev] = path
+            if (path / "tools" / "build_native.py").is_file():  # a revision with a compiled core runs compiled, as its make would
+                subprocess.run([sys.executable, "tools/build_native.py"], cwd=path, check=False)
         yield made
     finally:
         for path in made.values():
