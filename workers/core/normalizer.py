@@ -147,36 +147,36 @@ class Step:
     ``warnings``, ``reasoning`` and ``secrets`` are the shared empty tuple unless the record
     has some (then a list); read them, never append to them (issue 27 item 3)."""
 
-    run: RunKey | None = None
-    thread_id: str | None = None
-    outbound: list[Outbound] = field(default_factory=list)
-    artefacts: Sequence[ArtefactRecord] = ()
-    artefact_ttl_s: int | None = None
+    run: RunKey | None
+    thread_id: str | None
+    outbound: list[Outbound]
+    artefacts: Sequence[ArtefactRecord]
+    artefact_ttl_s: int | None
     """How long the artefacts live (the tenant's opaque-state policy)."""
-    journal_append: JournalEntry | None = None
-    run_ended: bool = False
-    warnings: Sequence[TranslatorWarning] = ()
-    skipped: str | None = None
+    journal_append: JournalEntry | None
+    run_ended: bool
+    warnings: Sequence[TranslatorWarning]
+    skipped: str | None
     """Why the record changed nothing (duplicate, run already ended), if it did not."""
-    dead_letter: DeadLetterCode | None = None
+    dead_letter: DeadLetterCode | None
     """Why this record was dead-lettered, if it was (the DLQ record is in ``outbound``)."""
-    ended_at: tuple[int, int] | None = None
+    ended_at: tuple[int, int] | None
     """When ``run_ended``: (partition, offset) of the run's last raw record, for the ended
     marker — a later record of the run is dead-lettered, a redelivered one is not."""
-    ended_marker: bytes = b""
+    ended_marker: bytes
     """When ``run_ended``: the ended marker to store (:meth:`Ended.marker`)."""
-    error: str | None = None
+    error: str | None
     """The exception type that failed the run (``internal_error``), for a content-free log line."""
-    fence: tuple[str, str] | None = None
+    fence: tuple[str, str] | None
     """(head expected, head written) of the run's journal: set on every Step that writes for its
     run (a journal entry, a run's end). The store applies the poll only if the run's head is still
     the expected one (``workers/core/fence.py``): a stale copy of the run writes and sends nothing."""
-    reasoning: Sequence[tuple[str, str | None]] = ()
+    reasoning: Sequence[tuple[str, str | None]]
     """P8: the readable reasoning of this step's events, in order, before audience filtering —
     (message id, delta), or (message id, ``None``) where a message ends. The adapter registers
     it (with ``secrets`` and the artefacts' values) so no log line or span can carry it; handed
     over as text, so the adapter does not parse the events it publishes to find it."""
-    secrets: Sequence[str] = ()
+    secrets: Sequence[str]
     """P8: the ``encryptedValue`` of this step's ``REASONING_ENCRYPTED_VALUE`` events."""
 
     def __init__(
@@ -200,7 +200,8 @@ class Step:
         secrets: Sequence[str] = (),
     ) -> None:
         """Written out (``init=False``), not generated: compiled by mypyc, a dataclass's generated
-        ``__init__`` stays interpreted Python, and one Step is built per record."""
+        ``__init__`` stays interpreted Python, and one Step is built per record. The defaults
+        live here only."""
         self.run = run
         self.thread_id = thread_id
         self.outbound = [] if outbound is None else outbound

@@ -59,7 +59,7 @@ import hashlib
 import traceback
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any, ClassVar, Protocol
@@ -125,10 +125,10 @@ class Rejection:
 class Translation:
     """What one call into a translator produced (events in AG-UI wire shape, ``reasonwire.workers.core.events``)."""
 
-    events: list[WireEvent] = field(default_factory=list)
-    artefacts: list[ArtefactRecord] = field(default_factory=list)
-    warnings: list[TranslatorWarning] = field(default_factory=list)
-    rejection: Rejection | None = None
+    events: list[WireEvent]
+    artefacts: list[ArtefactRecord]
+    warnings: list[TranslatorWarning]
+    rejection: Rejection | None
 
     def __init__(
         self,
