@@ -30,7 +30,7 @@ $(NATIVE): $(STAMP) $(wildcard workers/core/*.py workers/translators/*.py) worke
 	@$(PY) tools/build_native.py || echo "make native: the core stays pure Python (see above)"
 
 .PHONY: native
-native: $(NATIVE) ## compile the sans-I/O core with mypyc into build/native (used while current; RW_NATIVE=off: pure Python)
+native: $(NATIVE) ## compile the hot path (core, translators, envelope reader, P8 registry) with mypyc into build/native (used while current; RW_NATIVE=off: pure Python)
 
 services: ## start Kafka (KRaft) and Redis on 127.0.0.1:9092/6379 (KAFKA_PORT, REDIS_PORT), idempotent; refuses ports it did not take
 	bash deploy/services.sh up
