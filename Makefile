@@ -26,7 +26,7 @@ install: $(STAMP) ## create .venv and install reasonwire with its test dependenc
 # The compiled core (tools/build_native.py, mypyc; workers/native.py loads it only while every
 # source it was built from is unchanged). Without a C compiler everything runs as pure Python.
 NATIVE := build/native/manifest.json
-$(NATIVE): $(STAMP) $(wildcard workers/core/*.py workers/translators/*.py) workers/telemetry/registry.py contracts/envelope.py contracts/topics.py tools/build_native.py
+$(NATIVE): $(STAMP) $(shell $(PYTHON) tools/build_native.py --sources)
 	@$(PY) tools/build_native.py || echo "make native: the core stays pure Python (see above)"
 
 .PHONY: native

@@ -15,17 +15,29 @@ installed (``reasonwire/workers/core/…``); the extensions and the shared libra
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _loader() -> ModuleType:
+    """``workers/native.py`` (the manifest's reader, whose digests and ABI tag the manifest must
+    match), loaded by path: importing ``reasonwire`` would apply the current build, and with
+    ``RW_NATIVE=require`` stop at a stale one before it could be rebuilt."""
+    spec = importlib.util.spec_from_file_location("_rw_native_loader", ROOT / "workers" / "native.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 OUT = ROOT / "build" / "native"
 STAGE = ROOT / "build" / "native-stage"
 GROUP = "reasonwire_native"
@@ -57,15 +69,6 @@ MODULES = (
 )
 
 
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def abi_tag() -> str:
-    """The interpreter the extensions are built for (``cpython-311-x86_64-linux-gnu``)."""
-    return str(sysconfig.get_config_var("SOABI"))
-
-
 def stage() -> None:
     """A copy of ``workers/`` and ``contracts/`` under ``reasonwire/`` (mypy follows the imports)."""
     shutil.rmtree(STAGE, ignore_errors=True)
@@ -80,26 +83,28 @@ def compile_stage() -> None:
     """mypyc + setuptools ``build_ext`` in the stage, its output straight into ``build/native``."""
     paths = [f"reasonwire/{m}" for m in MODULES]
     script = (
-        "import sys\n"
         "from setuptools import setup\n"
         "from mypyc.build import mypycify\n"
         f"setup(name='reasonwire-native', ext_modules=mypycify({paths!r}, group_name={GROUP!r}, opt_level='3'),\n"
         f"      script_args=['build_ext', '--build-lib', {str(OUT)!r}, '--build-temp', 'temp'])\n"
     )
-    env = {**os.environ, "MYPYC_OPT_LEVEL": "3"}
-    done = subprocess.run([sys.executable, "-c", script], cwd=STAGE, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, "-c", script], cwd=STAGE, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
         raise SystemExit(f"build_native: mypyc failed (the core stays pure Python):\n{tail}")
 
 
 def write_manifest(seconds: float) -> None:
-    sources = {m: digest(ROOT / m) for m in MODULES}
-    manifest = {"abi": abi_tag(), "group": GROUP, "modules": list(MODULES), "sources": sources, "build_s": round(seconds, 1)}
+    loader = _loader()
+    sources = loader.source_digests(ROOT, MODULES)
+    manifest = {"abi": loader.abi(), "group": GROUP, "modules": list(MODULES), "sources": sources, "build_s": round(seconds, 1)}
     (OUT / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
 def main() -> None:
+    if sys.argv[1:] == ["--sources"]:  # for make: what the build depends on (this list, once)
+        print(" ".join([*MODULES, "workers/native.py", "tools/build_native.py"]))
+        return
     started = time.monotonic()
     try:
         import mypyc  # noqa: F401

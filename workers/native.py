@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import sysconfig
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -43,15 +44,31 @@ class NativeBuildError(SystemExit):
 
 def status() -> str:
     """``compiled`` or ``pure (<why>)``: what this process runs (logged at start, in bench results)."""
-    _decide()
-    reason = _state["reason"]
+    reason = _decide()
     return "compiled" if reason is None else f"pure ({reason})"
+
+
+def abi() -> str:
+    """The interpreter a build is for (``cpython-311-x86_64-linux-gnu``)."""
+    return str(sysconfig.get_config_var("SOABI"))
+
+
+def source_digests(root: Path, sources: Iterable[str]) -> dict[str, str | None]:
+    """SHA-256 of each source file under ``root`` (``None``: unreadable): what a build's manifest
+    records (``tools/build_native.py``) and what the loader compares it with."""
+    digests: dict[str, str | None] = {}
+    for source in sources:
+        try:
+            digests[source] = hashlib.sha256((root / source).read_bytes()).hexdigest()
+        except OSError:
+            digests[source] = None
+    return digests
 
 
 def install() -> None:
     """Put the finder of the compiled modules in front of ``sys.meta_path`` if the build is used."""
     if _decide() is None and not any(isinstance(f, _CompiledFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _CompiledFinder(_state["modules"]))
+        sys.meta_path.insert(0, _CompiledFinder(_state["extensions"]))
 
 
 class _CompiledFinder(importlib.abc.MetaPathFinder):
@@ -66,48 +83,43 @@ class _CompiledFinder(importlib.abc.MetaPathFinder):
 
 
 def _decide() -> str | None:
-    """Why the build is not used (``None``: it is, and its shared library is loaded)."""
+    """Why the build is not used (``None``: it is, and its shared library is loaded); decided once."""
     if "reason" not in _state:
         mode = os.environ.get("RW_NATIVE", "auto").strip().lower() or "auto"
-        reason = "RW_NATIVE=off" if mode == "off" else _unusable()
+        reason, group, extensions = ("RW_NATIVE=off", "", {}) if mode == "off" else _read_build()
         if reason is None:
-            reason = _load_group()
-        _state["reason"] = reason
+            reason = _load_group(group)
+        _state.update(reason=reason, extensions=extensions)
         if reason is not None and mode == "require":
             raise NativeBuildError(f"RW_NATIVE=require but the compiled core cannot be used: {reason} (run `make native`)")
     return _state["reason"]
 
 
-def _unusable() -> str | None:
+def _read_build() -> tuple[str | None, str, dict[str, Path]]:
+    """(why the build cannot be used or ``None``, its group, module name → extension file)."""
     try:
         manifest = json.loads((BUILD / "manifest.json").read_text())
     except (OSError, ValueError):
-        return "not built"
-    if manifest.get("abi") != sysconfig.get_config_var("SOABI"):
-        return f"built for {manifest.get('abi')}"
-    root = BUILD.parents[1]
-    for source, expected in manifest.get("sources", {}).items():
-        try:
-            actual = hashlib.sha256((root / source).read_bytes()).hexdigest()
-        except OSError:
-            actual = None
-        if actual != expected:
-            return f"stale: {source} changed since the build"
+        return "not built", "", {}
+    if manifest.get("abi") != abi():
+        return f"built for {manifest.get('abi')}", "", {}
+    recorded = manifest.get("sources", {})
+    for source, actual in source_digests(BUILD.parents[1], recorded).items():
+        if actual != recorded[source]:
+            return f"stale: {source} changed since the build", "", {}
     extensions = {}
     for source in manifest.get("modules", []):
-        name = "reasonwire." + source.removesuffix(".py").replace("/", ".")
         found = sorted((BUILD / "reasonwire" / Path(source).parent).glob(Path(source).stem + ".*.so"))
         if not found:
-            return f"{source}'s extension is missing"
-        extensions[name] = found[0]
-    _state["group"], _state["modules"] = manifest.get("group"), extensions
-    return None
+            return f"{source}'s extension is missing", "", {}
+        extensions["reasonwire." + source.removesuffix(".py").replace("/", ".")] = found[0]
+    return None, str(manifest.get("group")), extensions
 
 
-def _load_group() -> str | None:
+def _load_group(group: str) -> str | None:
     """Load the group's shared library under its top-level name: the extensions import it by
     that name, and ``build/native`` stays off ``sys.path``."""
-    name = f"{_state['group']}__mypyc"
+    name = f"{group}__mypyc"
     if name in sys.modules:
         return None
     found = sorted(BUILD.glob(f"{name}.*.so"))
