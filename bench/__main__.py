@@ -463,6 +463,9 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
             for kind in LATENCY_KINDS:
                 mine = [by.get((label, i, kind)) for i in range(n)]
                 row[kind] = {p: spread([m[f"{p}_us"] / 1000 for m in mine if m and m[f"{p}_us"] is not None] or [float("nan")]) for p in ("p50", "p99")}
+                cores = [m["consumer_cores"] for m in mine if m and "consumer_cores" in m]
+                if cores:  # what the rate costs the consumer (results of older runs have none)
+                    row[kind]["cores"] = spread(cores)
                 for base in ("passthrough", "passthrough-pipelined"):
                     if kind == base or (base == "passthrough-pipelined" and not kind.startswith("worker")):
                         continue
@@ -552,6 +555,7 @@ def render_table(r: dict[str, Any]) -> str:
                     f"p50 {added['p50']['median']:+.1f} ms ({added['p50']['min']:+.1f}…{added['p50']['max']:+.1f}), "
                     f"p99 {added['p99']['median']:+.1f} ms ({added['p99']['min']:+.1f}…{added['p99']['max']:+.1f}); "
                     f"it: p50 {k['p50']['median']:.1f} / p99 {k['p99']['median']:.1f} ms, bare passthrough {base['p50']['median']:.1f} / {base['p99']['median']:.1f} ms"
+                    + (f"; CPU: it {k['cores']['median']:.2f} cores, bare passthrough {base['cores']['median']:.2f}" if "cores" in k and "cores" in base else "")
                     + (
                         f"; over the pipelined passthrough p50 {k['added_over_passthrough-pipelined']['p50']['median']:+.1f} / p99 {k['added_over_passthrough-pipelined']['p99']['median']:+.1f} ms"
                         if k.get("added_over_passthrough-pipelined")

@@ -156,7 +156,8 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
                         figures = (out["p50_us"] / 1000, out["p99_us"] / 1000)
                         this["p50"][k.spec], this["p99"][k.spec] = figures
                         this["window"][k.spec] = out["window_perf"]
-                        line = f"p50 {figures[0]:6.1f} ms, p99 {figures[1]:6.1f} ms" + _classes(out["by_class"])
+                        this.setdefault("cores", {})[k.spec] = out["consumer_cores"]
+                        line = f"p50 {figures[0]:6.1f} ms, p99 {figures[1]:6.1f} ms, {out['consumer_cores']:.2f} cores" + _classes(out["by_class"])
                     results[k.spec].append(figures)
                     print(f"round {r + 1}/{rounds} {k.spec:40s} {line}", flush=True)
                 host = meter.stop()

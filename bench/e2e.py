@@ -534,6 +534,7 @@ async def latency(
             await wait_assigned([consumer])
         warm_s = await _warm_up(stage, consumer, warm) if warm else 0.0
         task = asyncio.create_task(collect())
+        cpu_before = process_cpu_s(consumer.proc.pid)
         start = time.perf_counter()
         for i, r in enumerate(tr.records):
             due = start + i / rate
@@ -552,6 +553,7 @@ async def latency(
         stop.set()
         await task
         measured_until = time.perf_counter()
+        cpu_s = process_cpu_s(consumer.proc.pid) - cpu_before
     finally:
         await producer.stop()
         await collector.stop()
@@ -578,6 +580,10 @@ async def latency(
         "mean_us": statistics.fmean(lat_us) if lat_us else None,
         "by_class": by_class,
         "median_ms_per_half_second": series,
+        # the consumer's CPU from the first record sent to the last output seen: at a fixed rate its
+        # cores are what the rate costs (a poll's fixed work is paid per few records when they trickle)
+        "consumer_cores": cpu_s / (measured_until - start),
+        "cpu_us_per_record": cpu_s / len(tr.records) * 1e6,
         "warm_up_records": len(warm),
         "warm_up_drained_s": warm_s,
         # the measured window on time.perf_counter() (CLOCK_MONOTONIC, the same in the worker):

@@ -689,10 +689,9 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         batch=True,
         max_records=settings.max_batch,
         batch_timeout_ms=20,
-        # the broker holds a fetch up to fetch_max_wait_ms for fetch_min_bytes: at moderate rates
-        # a poll otherwise carries a few records, and its fixed cost (fetch, Redis write, produce,
-        # commit: ~2 ms of CPU) is paid per few records — 0.70 cores at 1,500 records/s against
-        # 0.45 with 5 ms (issue 27); a full backlog is not held (the bytes are there)
+        # Kafka's defaults (answer as soon as a record is there) unless the operator trades latency
+        # for CPU: at moderate rates a poll carries a few records and its fixed work (fetch, Redis
+        # write, produce request, commit) is paid per few (issue 27, docs/operations.md)
         fetch_max_wait_ms=settings.fetch_max_wait_ms,
         fetch_min_bytes=settings.fetch_min_bytes,
         auto_offset_reset="earliest",

@@ -256,10 +256,10 @@ class NormalizeSettings(_WorkerBase, RedisWaitSettings):
     max_batch: PositiveInt = Field(200, description="raw records per poll: one Redis transaction and one offset commit per batch")
     max_in_flight: PositiveInt = Field(8, description="polls whose writes may be in flight at once (1 = no overlap); polls still commit in order")
     fetch_max_wait_ms: NonNegativeInt = Field(
-        5, description="how long the broker may hold a fetch to gather fetch_min_bytes (ms): fewer, fuller polls at moderate rates (0: answer at once)"
+        500, description="how long the broker may hold a fetch until fetch_min_bytes are there (ms); only with fetch_min_bytes > 1"
     )
     fetch_min_bytes: PositiveInt = Field(
-        65_536, description="bytes a fetch waits for (up to fetch_max_wait_ms) before the broker answers; 1: answer as soon as a record is there"
+        1, description="bytes a fetch waits for, up to fetch_max_wait_ms: larger trades latency for fewer, fuller polls (docs/operations.md)"
     )
     policy_file: str | None = Field(None, description="JSON retention/audience policy (contracts/policy.py); unset: the default policy")
     redis_dedicated: bool = Field(

@@ -25,10 +25,11 @@ def test_the_raw_topic_consumer_is_built_with_that_metadata_age() -> None:
 
 
 def test_the_raw_topic_consumer_fetches_with_the_settings_wait_and_size() -> None:
-    """RW_FETCH_MAX_WAIT_MS / RW_FETCH_MIN_BYTES reach the consumer (issue 27: fewer, fuller polls at
-    moderate rates), with the defaults docs/operations.md states."""
+    """RW_FETCH_MAX_WAIT_MS / RW_FETCH_MIN_BYTES reach the consumer (issue 27: an operator may trade
+    latency for fewer, fuller polls at moderate rates); the defaults are Kafka's, as docs/operations.md
+    states."""
     app, _ = create_app(WorkerSettings(fetch_max_wait_ms=7, fetch_min_bytes=1234))
     (subscriber,) = app.broker.subscribers
     assert (subscriber._connection_args["fetch_max_wait_ms"], subscriber._connection_args["fetch_min_bytes"]) == (7, 1234)
     defaults = WorkerSettings()
-    assert (defaults.fetch_max_wait_ms, defaults.fetch_min_bytes) == (5, 65_536)
+    assert (defaults.fetch_max_wait_ms, defaults.fetch_min_bytes) == (500, 1)
