@@ -1,7 +1,9 @@
-"""The normalizer's consumer sees partitions added to the raw topic well within the inactivity
-timeout (issue 27, make chaos ``raw_partitions``): otherwise a run whose ingress moved to a new
-partition is silent on its old one for longer than the timeout and ends ``inactivity_timeout``,
-its remaining records dead-lettered ``run_ended``."""
+"""How the normalizer's raw-topic consumer is built.
+
+It sees partitions added to the raw topic well within the inactivity timeout (issue 27, make
+chaos ``raw_partitions``): otherwise a run whose ingress moved to a new partition is silent on
+its old one for longer than the timeout and ends ``inactivity_timeout``, its remaining records
+dead-lettered ``run_ended``. And it fetches with the operator's ``RW_FETCH_*`` settings."""
 
 from __future__ import annotations
 
