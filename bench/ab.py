@@ -169,6 +169,9 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
             for _, consumer, _ in live:
                 consumer.stop()  # a worker writes its hand-off samples as it exits
             await e2e.delete_topics(bootstrap, created)
+            # and its Redis state, as make bench does: a Redis kept across runs (make services)
+            # otherwise grows by every round's artefacts, and its snapshots fork inside later rounds
+            await e2e.delete_bench_keys(redis_url)
             floor.unlink(missing_ok=True)
     for spec, path in handoff_files.items():
         samples = orjson.loads(path.read_bytes())["samples"] if path.exists() else []
