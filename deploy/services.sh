@@ -95,12 +95,27 @@ listen_inodes() {
 # pid_listens PID PORT: true if process PID itself holds a listening socket on PORT,
 # so a port is ours only when the process in our pid file is the one listening there.
 pid_listens() {
-    local pid="$1" port="$2" fds inode
+    local pid="$1" port="$2" fds inode inodes
+    # the listening sockets first, then the process's descriptors: a socket it opens in between
+    # is then in neither list (not yet ours), never in the first list only (ours, but missed)
+    inodes="$(listen_inodes "$port")"
     fds="$(ls -l "/proc/$pid/fd" 2>/dev/null)" || return 1
-    for inode in $(listen_inodes "$port"); do
+    for inode in $inodes; do
         [[ "$fds" == *"socket:[$inode]"* ]] && return 0
     done
     return 1
+}
+
+# stranger_on_port PID PORT: true if PORT is open and PID does not hold it, three times over a
+# second (one look can miss PID's socket: /proc/net/tcp is read in pieces while sockets change).
+stranger_on_port() {
+    local pid="$1" port="$2" i
+    for i in 1 2 3; do
+        port_open "$HOST" "$port" || return 1
+        pid_listens "$pid" "$port" && return 1
+        ((i < 3)) && sleep 0.5
+    done
+    return 0
 }
 
 # refuse_stranger NAME PORT PORT_VAR [URL_VAR URL]: exit 1 if PORT is taken by a process
@@ -367,7 +382,11 @@ kafka_wait_started() {
         fi
         if grep -qs "Kafka Server started" "$KAFKA_LOGS/server.log"; then
             if ! pid_listens "$pid" "$KAFKA_PORT"; then
-                port_open "$HOST" "$KAFKA_PORT" \
+                # "Kafka Server started" may be an earlier start's line (the log is appended to on a
+                # restart), our broker may bind the port between two checks, and /proc/net/tcp is
+                # not read atomically (a busy host's connections come and go while it is): a
+                # stranger only if the port stays open without our broker for three looks in a second
+                stranger_on_port "$pid" "$KAFKA_PORT" \
                     && die "Kafka: the broker of $RW_STATE (pid $pid) is not the one on $HOST:$KAFKA_PORT; run 'down' with this RW_STATE first, or use another RW_STATE"
                 sleep 0.5
                 continue
