@@ -136,7 +136,7 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
                 await e2e.drain_live(consumer, stage, warm)
             for r in range(rounds):
                 meter.start()
-                this: dict[str, Any] = {"rate": {}, "cpu": {}, "p50": {}, "p99": {}, "window": {}}
+                this: dict[str, Any] = {"rate": {}, "cpu": {}, "p50": {}, "p99": {}, "cores": {}, "window": {}}
                 # a new order every round, drawn from the round's number (as make bench does): in one
                 # fixed order the kind after worker@1af85a6 drained 1.29× as fast over 7 rounds with
                 # the same code, the after-effects of its neighbour
@@ -156,7 +156,7 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
                         figures = (out["p50_us"] / 1000, out["p99_us"] / 1000)
                         this["p50"][k.spec], this["p99"][k.spec] = figures
                         this["window"][k.spec] = out["window_perf"]
-                        this.setdefault("cores", {})[k.spec] = out["consumer_cores"]
+                        this["cores"][k.spec] = out["consumer_cores"]
                         line = f"p50 {figures[0]:6.1f} ms, p99 {figures[1]:6.1f} ms, {out['consumer_cores']:.2f} cores" + _classes(out["by_class"])
                     results[k.spec].append(figures)
                     print(f"round {r + 1}/{rounds} {k.spec:40s} {line}", flush=True)

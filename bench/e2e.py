@@ -583,7 +583,6 @@ async def latency(
         # the consumer's CPU from the first record sent to the last output seen: at a fixed rate its
         # cores are what the rate costs (a poll's fixed work is paid per few records when they trickle)
         "consumer_cores": cpu_s / (measured_until - start),
-        "cpu_us_per_record": cpu_s / len(tr.records) * 1e6,
         "warm_up_records": len(warm),
         "warm_up_drained_s": warm_s,
         # the measured window on time.perf_counter() (CLOCK_MONOTONIC, the same in the worker):

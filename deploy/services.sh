@@ -106,16 +106,17 @@ pid_listens() {
     return 1
 }
 
-# stranger_on_port PID PORT: true if PORT is open and PID does not hold it, three times over a
-# second (one look can miss PID's socket: /proc/net/tcp is read in pieces while sockets change).
-stranger_on_port() {
-    local pid="$1" port="$2" i
+# pid_holds PID PORT: pid_listens as a verdict, not a poll: asked up to three times over a
+# second before it says no. One read of /proc/net/tcp can miss PID's socket on a busy host (the
+# kernel hands it out in pieces while connections come and go), and a process just started may
+# bind its port between two checks; where "no" stops the script, one look is not enough.
+pid_holds() {
+    local i
     for i in 1 2 3; do
-        port_open "$HOST" "$port" || return 1
-        pid_listens "$pid" "$port" && return 1
+        pid_listens "$1" "$2" && return 0
         ((i < 3)) && sleep 0.5
     done
-    return 0
+    return 1
 }
 
 # refuse_stranger NAME PORT PORT_VAR [URL_VAR URL]: exit 1 if PORT is taken by a process
@@ -250,7 +251,7 @@ redis_up() {
     if pid_running "$REDIS_PID" redis-server; then
         local pid
         pid="$(pid_of "$REDIS_PID")"
-        pid_listens "$pid" "$REDIS_PORT" \
+        pid_holds "$pid" "$REDIS_PORT" \
             || die "Redis: the redis-server of $RW_STATE (pid $pid) does not listen on $HOST:$REDIS_PORT; run 'down' with this RW_STATE first, or use another RW_STATE"
         log "Redis: already running (pid $pid)"
         return 0
@@ -383,10 +384,8 @@ kafka_wait_started() {
         if grep -qs "Kafka Server started" "$KAFKA_LOGS/server.log"; then
             if ! pid_listens "$pid" "$KAFKA_PORT"; then
                 # "Kafka Server started" may be an earlier start's line (the log is appended to on a
-                # restart), our broker may bind the port between two checks, and /proc/net/tcp is
-                # not read atomically (a busy host's connections come and go while it is): a
-                # stranger only if the port stays open without our broker for three looks in a second
-                stranger_on_port "$pid" "$KAFKA_PORT" \
+                # restart): a stranger only if the port is open and our broker does not hold it
+                port_open "$HOST" "$KAFKA_PORT" && ! pid_holds "$pid" "$KAFKA_PORT" \
                     && die "Kafka: the broker of $RW_STATE (pid $pid) is not the one on $HOST:$KAFKA_PORT; run 'down' with this RW_STATE first, or use another RW_STATE"
                 sleep 0.5
                 continue

@@ -255,8 +255,10 @@ class NormalizeSettings(_WorkerBase, RedisWaitSettings):
     )
     max_batch: PositiveInt = Field(200, description="raw records per poll: one Redis transaction and one offset commit per batch")
     max_in_flight: PositiveInt = Field(8, description="polls whose writes may be in flight at once (1 = no overlap); polls still commit in order")
-    fetch_max_wait_ms: NonNegativeInt = Field(
-        500, description="how long the broker may hold a fetch until fetch_min_bytes are there (ms); only with fetch_min_bytes > 1"
+    # at most 10 s: a fetch the broker holds longer than the consumer's request timeout (40 s,
+    # FastStream's) is abandoned and sent again, so the partition would never be read
+    fetch_max_wait_ms: int = Field(
+        500, ge=0, le=10_000, description="how long the broker may hold a fetch until fetch_min_bytes are there (ms, 0–10000); only with fetch_min_bytes > 1"
     )
     fetch_min_bytes: PositiveInt = Field(
         1, description="bytes a fetch waits for, up to fetch_max_wait_ms: larger trades latency for fewer, fuller polls (docs/operations.md)"

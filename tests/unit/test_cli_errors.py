@@ -109,6 +109,7 @@ def test_a_bad_rw_value_is_one_line_naming_the_variable_exit_2(command: str, clo
         ("RW_MAX_BATCH", "0", "greater than 0"),
         ("RW_INACTIVITY_TIMEOUT_S", "soon", "valid number"),
         ("RW_MAX_IN_FLIGHT", "-1", "greater than 0"),
+        ("RW_FETCH_MAX_WAIT_MS", "60000", "less than or equal to 10000"),
         ("KAFKA_BOOTSTRAP_SERVERS", "broker:port", "host:port"),
         ("REDIS_URL", "localhost:6379", "redis://"),
     ],
