@@ -26,7 +26,9 @@ Redis commands is precomputed from this run's backlog, which it gets unchanged e
 (drain mode only).
 
 A kind is ``KIND[@REV][+VAR=value…]``: ``KIND`` as ``make bench`` names it (``worker``,
-``passthrough``, ``worker-no-telemetry``, …); ``@REV`` runs that git revision of this
+``passthrough``, ``worker-no-telemetry``, …) or ``passthrough-librdkafka`` (only here: the
+pipelined passthrough on librdkafka's C client, :mod:`bench.passthrough_librdkafka` — what the
+Kafka client costs); ``@REV`` runs that git revision of this
 repository (checked out into a temporary worktree, removed afterwards) instead of the
 working tree; ``+VAR=value`` is added to that process's environment. Example — the tree
 before the fourth pass of issue 17 against the current one::
@@ -133,7 +135,9 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
                     e2e.ROOT = saved
             for i, (k, consumer, stage) in enumerate(live):  # first-use costs out of every round
                 warm = base.records[:3000] if k.kind == IO_FLOOR else e2e.traffic(GRAMMARS, 3000, seed=5, tag=f"{tag}-warm{i}").records
-                await e2e.drain_live(consumer, stage, warm)
+                # consumed, not timed: a drain's slope needs two samples inside it, and a consumer
+                # that takes 3,000 records in under 50 ms (passthrough-librdkafka) left none
+                await e2e.warm_up(stage, consumer, warm)
             for r in range(rounds):
                 meter.start()
                 this: dict[str, Any] = {"rate": {}, "cpu": {}, "p50": {}, "p99": {}, "cores": {}, "window": {}}

@@ -23,6 +23,9 @@ closed by its ``end`` control record):
   the (pipelined) worker does; the serial one waits for a publish and a commit
   round trip per batch before it fetches again, which is most of its own
   latency, so it is the latency floor the worker is also compared with;
+* the **librdkafka passthrough** — ``python -m bench.passthrough_librdkafka``: the
+  pipelined passthrough on confluent-kafka (a C client) in a synchronous loop — context
+  for ``bench.ab``: what aiokafka and the event loop cost a pipelined consumer;
 * the **FastStream passthrough** — ``python -m bench.faststream_passthrough``:
   the same passthrough written as a FastStream app like the worker, to tell
   the framework's cost from ours.
@@ -234,9 +237,12 @@ class Consumer:
             **sampler,
             **(extra_env or {}),
         }
-        module = {"worker": "bench.worker_main", "faststream-passthrough": "bench.faststream_passthrough", "io-floor": "bench.io_floor"}.get(
-            kind, "bench.passthrough"
-        )
+        module = {
+            "worker": "bench.worker_main",
+            "faststream-passthrough": "bench.faststream_passthrough",
+            "io-floor": "bench.io_floor",
+            "passthrough-librdkafka": "bench.passthrough_librdkafka",
+        }.get(kind, "bench.passthrough")
         self.log = log
         self._out = log.open("wb")
         self.proc = subprocess.Popen([sys.executable, "-m", module], env=env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT)
@@ -532,7 +538,7 @@ async def latency(
     try:
         if live is None:
             await wait_assigned([consumer])
-        warm_s = await _warm_up(stage, consumer, warm) if warm else 0.0
+        warm_s = await warm_up(stage, consumer, warm) if warm else 0.0
         task = asyncio.create_task(collect())
         cpu_before = process_cpu_s(consumer.proc.pid)
         start = time.perf_counter()
@@ -615,7 +621,7 @@ def _by_class(records: Sequence[Record], latencies: Sequence[tuple[int, float]])
     return out
 
 
-async def _warm_up(stage: Stage, consumer: Consumer, warm: Sequence[Record]) -> float:
+async def warm_up(stage: Stage, consumer: Consumer, warm: Sequence[Record]) -> float:
     """Produce ``warm`` as a backlog and wait until the consumer committed all of it."""
     started = time.monotonic()
     admin = AIOKafkaAdminClient(bootstrap_servers=stage.bootstrap)
