@@ -218,10 +218,17 @@ def main() -> int:
     unit = ("records/s", "µs CPU per record") if args.mode == "drain" else ("p50 ms", "p99 ms")
     for spec, figures in results["figures"].items():
         first, second = statistics.median(f[0] for f in figures), statistics.median(f[1] for f in figures)
-        print(f"median of {len(figures)} {spec:40s} {unit[0]} {first:.1f}, {unit[1]} {second:.1f}")
+        print(f"median of {len(figures)} {spec:40s} {unit[0]} {first:.1f}, {unit[1]} {second:.1f}" + _cores(results["rounds"], spec))
     for line in report(results["rounds"], [k.spec for k in kinds], args.mode, args.share):
         print(line)
     return 0
+
+
+def _cores(rounds: list[dict[str, Any]], spec: str) -> str:
+    """``, cores 0.68 (0.61–0.72)``: the consumer's cores at the rate over the latency rounds
+    (none in drain mode, where the CPU per record is the figure)."""
+    cores = [r["cores"][spec] for r in rounds if spec in r["cores"]]
+    return f", cores {statistics.median(cores):.2f} ({min(cores):.2f}–{max(cores):.2f})" if cores else ""
 
 
 def report(rounds: list[dict[str, Any]], specs: list[str], mode: str, share: float | None) -> list[str]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
@@ -62,34 +61,31 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: running.__setitem__(0, False))
     batches: list[_Batch] = []
 
-    def commit_acknowledged() -> None:
+    def commit_acknowledged(*, wait: bool = False) -> None:
         offsets: dict[int, int] = {}
         while batches and batches[0].left == 0:
             offsets.update(batches.pop(0).offsets)
         if offsets:
-            consumer.commit(offsets=[TopicPartition(source, p, o) for p, o in offsets.items()], asynchronous=True)
+            consumer.commit(offsets=[TopicPartition(source, p, o) for p, o in offsets.items()], asynchronous=not wait)
 
     try:
         while running[0]:
             first = consumer.poll(0.02)
-            producer.poll(0)
-            commit_acknowledged()
-            if first is None:
-                continue
-            batch = _Batch()
-            for message in [first, *consumer.consume(num_messages=max_batch - 1, timeout=0)]:
-                _republish(producer, sink, message, batch)
-            batches.append(batch)
-            producer.poll(0)
+            if first is not None:
+                batch = _Batch()
+                for message in [first, *consumer.consume(num_messages=max_batch - 1, timeout=0)]:
+                    _republish(producer, sink, message, batch)
+                batches.append(batch)
+            producer.poll(0)  # delivery reports: batches complete
             commit_acknowledged()
         producer.flush(10)
-        commit_acknowledged()
+        commit_acknowledged(wait=True)  # the last commit lands before the consumer closes
     finally:
         consumer.close()
 
 
 def _republish(producer: Producer, sink: str, message: Message, batch: _Batch) -> None:
-    error: Any = message.error()
+    error = message.error()
     if error is not None:
         raise SystemExit(f"passthrough-librdkafka: the consumer reported {error}")
     batch.left += 1
