@@ -46,11 +46,15 @@ class PrivateRedis:
              "--appendonly", "yes", "--appendfsync", "always", "--pidfile", str(self.dir / "pid"), "--logfile", str(self.dir / "log")],
             check=True,
         )
-        for _ in range(100):
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
+        # ready once PING answers PONG: a restarted server accepts connections while it still
+        # loads its append-only file, and answers every command with LOADING until it is done
+        # (a worker treats that as an outage; a test that means "Redis is back" must not see it)
+        for _ in range(200):
+            ping = subprocess.run(["redis-cli", "-p", str(self.port), "PING"], capture_output=True, text=True, check=False)
+            if ping.stdout.strip() == "PONG":
+                return
             time.sleep(0.05)
+        raise RuntimeError(f"redis-server on port {self.port} did not answer PING with PONG within 10 s")
 
     def stop(self) -> None:
         subprocess.run(["redis-cli", "-p", str(self.port), "SHUTDOWN", "SAVE"], capture_output=True, check=False)
