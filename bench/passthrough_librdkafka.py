@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections import deque
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
@@ -57,19 +58,19 @@ def main() -> None:
     )
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2, "partitioner": "murmur2_random"})
     consumer.subscribe([source], on_assign=_say_assigned)
-    running = [True]
-    signal.signal(signal.SIGTERM, lambda *_: running.__setitem__(0, False))
-    batches: list[_Batch] = []
+    stopping: list[int] = []  # the signal handler's mark: SIGTERM ends the loop
+    signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
+    batches: deque[_Batch] = deque()  # in poll order: the oldest leaves first, once acknowledged
 
     def commit_acknowledged(*, wait: bool = False) -> None:
         offsets: dict[int, int] = {}
         while batches and batches[0].left == 0:
-            offsets.update(batches.pop(0).offsets)
+            offsets.update(batches.popleft().offsets)
         if offsets:
             consumer.commit(offsets=[TopicPartition(source, p, o) for p, o in offsets.items()], asynchronous=not wait)
 
     try:
-        while running[0]:
+        while not stopping:
             first = consumer.poll(0.02)
             if first is not None:
                 batch = _Batch()

@@ -404,7 +404,8 @@ def redis_outage(seconds: float) -> Fault:
 
 async def _redis_answers(port: int, limit_s: float = 60.0) -> float:
     """Monotonic time at which Redis first answered ``PING`` with ``PONG`` — when it is back for a
-    client, which may be before or after ``services.up`` returns. A bare socket every 20 ms: no
+    client, just before ``services.up`` returns (deploy/services.sh waits for that ``PONG``: a
+    restarted Redis answers LOADING while it reads its AOF). A bare socket every 20 ms: no
     client-side retry or backoff between attempts to blur the moment."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:

@@ -274,6 +274,7 @@ redis_up() {
     local i
     for ((i = 0; i < 100; i++)); do
         if pid_running "$REDIS_PID" redis-server && pid_listens "$(pid_of "$REDIS_PID")" "$REDIS_PORT"; then
+            redis_loaded
             log "Redis: up (pid $(pid_of "$REDIS_PID"))"
             return 0
         fi
@@ -281,6 +282,25 @@ redis_up() {
     done
     tail -n 30 "$REDIS_LOG" >&2 2>/dev/null || true
     die "Redis did not start listening on $HOST:$REDIS_PORT"
+}
+
+# Up means PING answers PONG, not only a listening port: a Redis restarted on a kept state
+# directory accepts connections while it still loads its append-only file and answers every
+# command with LOADING until then — a worker started at that moment stops at its preflight
+# with "cannot reach Redis" (BusyLoadingError).
+redis_loaded() {
+    local i reply said=0
+    for ((i = 0; i < 1200; i++)); do
+        reply="$(redis-cli -h "$HOST" -p "$REDIS_PORT" PING 2>/dev/null | tr -d '\r' || true)"
+        [[ "$reply" == PONG ]] && return 0
+        if [[ "$reply" == LOADING* ]] && ((!said)); then
+            log "Redis: loading its data from $REDIS_DIR"
+            said=1
+        fi
+        sleep 0.05
+    done
+    tail -n 30 "$REDIS_LOG" >&2 2>/dev/null || true
+    die "Redis listens on $HOST:$REDIS_PORT but did not answer PING in about a minute (last reply: ${reply:-none})"
 }
 
 redis_down() { stop_pid Redis "$REDIS_PID" redis-server; }

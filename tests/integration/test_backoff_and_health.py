@@ -54,7 +54,7 @@ class PrivateRedis:
             if ping.stdout.strip() == "PONG":
                 return
             time.sleep(0.05)
-        raise RuntimeError(f"redis-server on port {self.port} did not answer PING with PONG within 10 s")
+        raise RuntimeError(f"redis-server on port {self.port} did not answer PING with PONG in about 10 s")
 
     def stop(self) -> None:
         subprocess.run(["redis-cli", "-p", str(self.port), "SHUTDOWN", "SAVE"], capture_output=True, check=False)
