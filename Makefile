@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install reasonwire with its test dependencies
 
-# The compiled core (tools/build_native.py, mypyc; workers/native.py loads it only while every
+# The compiled core (tools/build_native.py, mypyc; workers/ops/native.py loads it only while every
 # source it was built from is unchanged). Without a C compiler everything runs as pure Python.
 NATIVE := build/native/manifest.json
 $(NATIVE): $(STAMP) $(shell $(PYTHON) tools/build_native.py --sources)

@@ -34,7 +34,8 @@ import orjson
 
 from bench import ab, cpu, e2e, gateway, hostload, litellm_compare, memory, profiles, targets
 from bench.streams import runs, templates
-from reasonwire.workers import handoff, native
+from reasonwire.workers.ops import handoff
+from reasonwire.workers.ops import native
 from reasonwire.workers.translators import implemented
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -73,7 +74,7 @@ def machine() -> dict[str, Any]:
         "kafka_bootstrap": os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
         "redis_url": os.environ.get("REDIS_URL"),
         "load_at_start": os.getloadavg()[0],
-        "core": native.status(),  # the worker's hot path compiled or pure (workers/native.py)
+        "core": native.status(),  # the worker's hot path compiled or pure (workers/ops/native.py)
     }
 
 

@@ -11,7 +11,7 @@ that always follows the same neighbour inherits its after-effects):
   (records/s) and the consumer's CPU per record;
 * ``--mode latency``: ``--rate`` records/s for 4 s, latency per output p50 / p99 (ms); a
   worker kind also records, inside itself, poll → outputs handed to the producer
-  (``workers/handoff.py``, ``RW_BENCH_HANDOFF_FILE``), read when it stops.
+  (``workers/ops/handoff.py``, ``RW_BENCH_HANDOFF_FILE``), read when it stops.
 
 Every round records how many cores the host's other processes kept busy meanwhile
 (``bench/hostload.py``; the 1-minute load average beside it, as context). With
@@ -61,7 +61,7 @@ from typing import Any
 import orjson
 
 from bench import e2e, hostload, targets
-from reasonwire.workers import handoff
+from reasonwire.workers.ops import handoff
 
 IO_FLOOR = "io-floor"  # bench.io_floor: the worker's I/O without its logic, fed a precomputed table
 GRAMMARS = ("anthropic-messages", "openai-responses", "gemini-generate-content", "gemini-interactions", "bedrock-converse")

@@ -14,7 +14,7 @@ closed by its ``end`` control record):
   ``worker-exporting`` the same exporting every span and metric (OTel's console
   exporter, into the process log), ``worker-exporting-sampled`` the same with
   1 % of runs traced (``parentbased_traceidratio``), kind ``worker-no-telemetry`` the same with
-  ``reasonwire.workers.telemetry`` replaced by a null object;
+  ``reasonwire.workers.ops.telemetry`` replaced by a null object;
 * the **passthrough** — ``python -m bench.passthrough``: bare aiokafka, same
   group semantics, batch size, poll timeout, producer acks and linger; it
   re-publishes each record unchanged and commits;
@@ -81,8 +81,8 @@ from bench.streams import runs, templates
 from reasonwire.contracts import topics
 from reasonwire.contracts.envelope import HEADER_EVENT_SEQ, HEADER_RUN_ID, HEADER_SEQ
 from reasonwire.workers.core.normalizer import Normalizer, RawRecord
-from reasonwire.workers.ingress import RunEnvelope, raw_records
-from reasonwire.workers.sse import ProviderEvent
+from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
+from reasonwire.workers.io.sse import ProviderEvent
 from reasonwire.workers.translators import translator_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -592,7 +592,7 @@ async def latency(
         "warm_up_records": len(warm),
         "warm_up_drained_s": warm_s,
         # the measured window on time.perf_counter() (CLOCK_MONOTONIC, the same in the worker):
-        # what the worker's hand-off samples (workers/handoff.py) are cut to
+        # what the worker's hand-off samples (workers/ops/handoff.py) are cut to
         "window_perf": [start + warmup_s, measured_until],
     }
 

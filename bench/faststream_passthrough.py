@@ -1,6 +1,6 @@
 """``python -m bench.faststream_passthrough``: the passthrough written the way the worker is.
 
-The same FastStream app shape as ``reasonwire.workers.normalize`` — ``KafkaBroker(acks="all",
+The same FastStream app shape as ``reasonwire.workers.services.normalizer`` — ``KafkaBroker(acks="all",
 linger_ms=2)``, a batch subscriber (``max_records=RW_MAX_BATCH``,
 ``batch_timeout_ms=20``, ``AckPolicy.NACK_ON_ERROR``), outputs published with
 ``broker.publish(..., no_confirm=True)`` and gathered before the batch is

@@ -60,8 +60,8 @@ from bench.e2e import process_cpu_s
 from reasonwire.contracts import topics
 from reasonwire.contracts.policy import Audience, RetentionPolicy
 from reasonwire.workers.core.audience import AudienceFilter
-from reasonwire.workers.gateway.keys import hash_key
-from reasonwire.workers.ingress_client import Publisher
+from reasonwire.workers.services.gateway.keys import hash_key
+from reasonwire.workers.services.ingress.publisher import Publisher
 from reasonwire.workers.translators import translator_for
 
 ROOT = Path(__file__).resolve().parents[1]

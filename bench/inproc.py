@@ -4,7 +4,7 @@ The end-to-end figures of ``make bench`` move by ±15 % between rounds on two
 shared cores; a change of a few microseconds per record cannot be seen there.
 This runs the worker's per-poll work on the benchmark's traffic (every grammar,
 64 runs interleaved, polls of ``RW_MAX_BATCH`` records) exactly as
-:meth:`reasonwire.workers.normalize.NormalizerWorker.handle` and its pipeline do it, minus
+:meth:`reasonwire.workers.services.normalizer.NormalizerWorker.handle` and its pipeline do it, minus
 the network:
 
 * ``core`` — ``Normalizer.route`` + ``accept`` (a run met for the first time is
@@ -24,7 +24,7 @@ record (``time.process_time``: CPU of this process only).
 The garbage collector (``--gc``): ``worker`` (default) as the worker sets it at start-up
 (``tune_gc``: everything alive frozen, young collections every 20 000 allocations); ``paused``
 the same, with each poll stepped, stored and batched inside
-``reasonwire.workers.gc_pause.collection_paused`` (the collection that comes due runs after the
+``reasonwire.workers.ops.gc_pause.collection_paused`` (the collection that comes due runs after the
 handoff, counted in ``commit``); ``default`` CPython's settings; ``off`` none. Every phase
 includes the collections that ran in it; ``gc`` is their total, and the last figure how many
 started while a poll was being stepped, stored or batched (per poll).
@@ -65,11 +65,11 @@ def measure(n_records: int, mode: str, runs: int, batch: int, collector: str = "
 
     from bench import e2e
     from reasonwire.workers.core.normalizer import DeadLetter, Normalizer, RawRecord, Step
-    from reasonwire.workers.gc_pause import collection_paused
-    from reasonwire.workers.redis_script import WRITE_OPS, ServerScript
-    from reasonwire.workers.store import ArtefactStore
-    from reasonwire.workers.telemetry import setup_telemetry
-    from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
+    from reasonwire.workers.ops.gc_pause import collection_paused
+    from reasonwire.workers.io.redis_script import WRITE_OPS, ServerScript
+    from reasonwire.workers.io.store import ArtefactStore
+    from reasonwire.workers.ops.telemetry import setup_telemetry
+    from reasonwire.workers.ops.telemetry.normalizer import NormalizerTelemetry
     from reasonwire.workers.translators import implemented, translator_for
 
     grammars = [g.value for g in implemented()]
@@ -159,7 +159,7 @@ def measure(n_records: int, mode: str, runs: int, batch: int, collector: str = "
 def _collector(collector: str) -> None:
     """The garbage collector as ``--gc`` says (``GC_MODES``)."""
     if collector in ("worker", "paused"):
-        from reasonwire.workers.normalize import tune_gc
+        from reasonwire.workers.services.normalizer import tune_gc
 
         tune_gc()
     elif collector == "off":

@@ -17,7 +17,7 @@ worker's order and shape —
 * the outputs of runs that did not end, appended to one record batch per topic
   partition (``send_batch``, the partition chosen once per run with Kafka's
   default partitioner) while the Redis write runs: one write-script call
-  (:mod:`reasonwire.workers.redis_script`, as the worker's store makes it) with the
+  (:mod:`reasonwire.workers.io.redis_script`, as the worker's store makes it) with the
   artefacts (``SET`` + ``RPUSH`` + ``EXPIRE`` each), one ``HSET`` + ``EXPIRE``
   per run for the journal and ``SADD`` + ``EXPIRE`` for the thread's run index;
 * then the outputs of runs that ended, the broker's acks, the ended markers
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.worker_main import prefix_topics
-from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.ops.settings import WorkerSettings
 
 
 @dataclass
@@ -108,9 +108,9 @@ async def main() -> None:
     from redis.asyncio import Redis
 
     from bench.passthrough import _SayAssigned
-    from reasonwire.workers.redis_script import READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
-    from reasonwire.workers.redis_slots import Op
-    from reasonwire.workers.store import EPOCH_KEY
+    from reasonwire.workers.io.redis_script import READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
+    from reasonwire.workers.io.redis_slots import Op
+    from reasonwire.workers.io.store import EPOCH_KEY
 
     journal_ttl, artefact_ttl = int(os.environ.get("RW_JOURNAL_TTL_S", "900")), int(os.environ.get("RW_ARTEFACT_TTL_S", "900"))
     with open(os.environ["RW_BENCH_FLOOR_TRAFFIC"], "rb") as f:

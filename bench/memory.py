@@ -29,7 +29,7 @@ import orjson
 
 from bench.streams import Segment, _set, templates
 from reasonwire.workers.core.normalizer import Normalizer, RawRecord
-from reasonwire.workers.ingress import RunEnvelope
+from reasonwire.workers.services.ingress.records import RunEnvelope
 from reasonwire.workers.translators import translator_for
 
 

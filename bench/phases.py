@@ -51,8 +51,8 @@ def _summary() -> dict[str, Any]:
 
 
 def install(path: str) -> None:
-    import reasonwire.workers.normalize as w
-    from reasonwire.workers.store import ArtefactStore
+    import reasonwire.workers.services.normalizer as w
+    from reasonwire.workers.io.store import ArtefactStore
 
     samples = _SAMPLES
     last_return = [0.0]

@@ -27,14 +27,14 @@ TRANSLATOR_BUCKETS: list[tuple[str, Callable[[str, str], bool]]] = [
 ]
 
 WORKER_BUCKETS: list[tuple[str, Callable[[str], bool]]] = [
-    ("telemetry (reasonwire.workers.telemetry, OpenTelemetry SDK; exporters off)", lambda fr: "workers/telemetry/" in fr or "opentelemetry/" in fr),
+    ("telemetry (reasonwire.workers.ops.telemetry, OpenTelemetry SDK; exporters off)", lambda fr: "workers/ops/telemetry/" in fr or "opentelemetry/" in fr),
     ("translate (Translator.feed / finish)", lambda fr: fr.startswith(("Translator.feed ", "Translator.finish ", "Translator.abort "))),
     ("serialize AG-UI events and records (event_json / record_json)", lambda fr: fr.startswith(("event_json ", "record_json "))),
     ("Redis key names (reasonwire.contracts.store: urllib quote per key)", lambda fr: "contracts/store.py" in fr),
     ("Redis transaction (ArtefactStore.apply / load_journal)", lambda fr: fr.startswith(("ArtefactStore.",))),
     ("normalizer bookkeeping (route, envelope, headers, audience filters)", lambda fr: fr.startswith(("Normalizer.", "read_envelope ", "_event_record ", "AudienceFilter."))),
     ("publish: record batches per partition, aiokafka send_batch", lambda fr: fr.startswith(("NormalizerWorker._send ", "Outbox."))),
-    ("worker adapter: poll pipeline, record conversion, commits (reasonwire.workers.normalize)", lambda fr: fr.startswith(("NormalizerWorker.", "DeliveryMachine.", "_raw_record", "_offsets "))),
+    ("worker adapter: poll pipeline, record conversion, commits (reasonwire.workers.services.normalizer)", lambda fr: fr.startswith(("NormalizerWorker.", "DeliveryMachine.", "_raw_record", "_offsets "))),
     ("FastStream consume path: JSON-decode of raw bodies (decode_message)", lambda fr: fr.startswith("decode_message ")),
     ("FastStream consume path: DI, middlewares, logging", lambda fr: fr.startswith(("LogicSubscriber._run_consume_loop ",))),
     ("aiokafka fetcher / sender tasks, event loop, idle", lambda fr: True),

@@ -6,7 +6,7 @@ write made two ways, in alternating rounds:
 
 * ``pipeline`` — redis-py's ``MULTI``/``EXEC`` pipeline with the epoch read inside (the
   store's path before issue 17's fourth pass, and still the path on a Redis Cluster);
-* ``script`` — :class:`reasonwire.workers.redis_script.ServerScript` with :data:`WRITE_OPS` (the
+* ``script`` — :class:`reasonwire.workers.io.redis_script.ServerScript` with :data:`WRITE_OPS` (the
   store's path on one server): one ``EVALSHA``, hiredis-packed, one reply.
 
 Figures are µs of this process's CPU (``time.process_time``) per call, median of the
@@ -26,8 +26,8 @@ from collections.abc import Awaitable, Callable
 
 from redis.asyncio import Redis
 
-from reasonwire.workers.redis_script import WRITE_OPS, ServerScript, write_call
-from reasonwire.workers.redis_slots import Op, queue
+from reasonwire.workers.io.redis_script import WRITE_OPS, ServerScript, write_call
+from reasonwire.workers.io.redis_slots import Op, queue
 
 EPOCH = "rw:bench:epoch"
 

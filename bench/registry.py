@@ -11,7 +11,7 @@ per-call overhead (the worker joins a poll's deltas of a message into one call).
 newlines, non-ASCII and emoji in most deltas) or ``mixed`` (40 % of messages
 plain, the others with an occasional such word).
 
-``--against REV`` also loads ``workers/telemetry/registry.py`` as of that git
+``--against REV`` also loads ``workers/ops/telemetry/registry.py`` as of that git
 revision and alternates runs of the two; each figure is the median of
 ``--runs`` runs (process CPU time, so another process's load counts less).
 ``--max-slices`` sets the registry's bound: the default is the worker's
@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from reasonwire.workers.telemetry import registry as current
+from reasonwire.workers.ops.telemetry import registry as current
 
 Op = tuple[str, object, str, bool]
 """("stream", key, delta, end) or ("add", None, value, False)."""
@@ -72,9 +72,9 @@ def workload(mix: str, seed: int = 7, deltas: int = 20_000, values: int = 300) -
 
 
 def _module_at(revision: str) -> ModuleType:
-    """``workers/telemetry/registry.py`` as of ``revision``, loaded as a module of its own."""
+    """``workers/ops/telemetry/registry.py`` as of ``revision``, loaded as a module of its own."""
     source = subprocess.run(
-        ["git", "show", f"{revision}:workers/telemetry/registry.py"], check=True, capture_output=True, text=True, cwd=Path(__file__).parent
+        ["git", "show", f"{revision}:workers/ops/telemetry/registry.py"], check=True, capture_output=True, text=True, cwd=Path(__file__).parent
     ).stdout
     path = Path(tempfile.mkdtemp()) / f"registry_{revision.replace('/', '_')}.py"
     path.write_text(source)

@@ -55,7 +55,7 @@ E2E_ADDED_P50_MS = 0.0
 
 HANDOFF_SHARE = 0.25
 HANDOFF_LIMITS_MS = {("continuing", "p50"): 2.0, ("continuing", "p99"): 10.0, ("terminal", "p99"): 20.0}
-"""Inside the worker, poll → outputs handed to the producer (``workers/handoff.py``), at 25 % of its maximum."""
+"""Inside the worker, poll → outputs handed to the producer (``workers/ops/handoff.py``), at 25 % of its maximum."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def percentile(values: Sequence[float], p: float) -> float | None:
 
 
 def handoff_window(samples: Sequence[Sequence[float | bool]], start: float, end: float) -> dict[str, float | int | None]:
-    """The hand-off samples (``[handed at, ms, terminal]``, ``workers/handoff.py``) of one
+    """The hand-off samples (``[handed at, ms, terminal]``, ``workers/ops/handoff.py``) of one
     measurement window ``[start, end)`` (``time.perf_counter()``): p50 / p99 of the continuing
     runs' hand-offs and of the terminal ones, and how many of each."""
     cont = [float(ms) for t, ms, term in samples if start <= float(t) < end and not term]

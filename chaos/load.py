@@ -22,8 +22,8 @@ import orjson
 from reasonwire.contracts.store import artefact_key, artefact_slot
 from reasonwire.contracts.envelope import HEADER_CONTROL, HEADER_PROVIDER, HEADER_RUN_ID, HEADER_SEQ, Control
 from reasonwire.workers.core.wire import event_json
-from reasonwire.workers.ingress import OutgoingRecord, RunEnvelope, raw_records
-from reasonwire.workers.sse import ProviderEvent, read_events
+from reasonwire.workers.services.ingress.records import OutgoingRecord, RunEnvelope, raw_records
+from reasonwire.workers.io.sse import ProviderEvent, read_events
 from reasonwire.workers.translators import translator_for
 
 ROOT = Path(__file__).resolve().parents[1]

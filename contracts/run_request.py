@@ -4,7 +4,7 @@ The gateway turns an AG-UI ``POST /v1/agent`` (a ``RunAgentInput``) into one of
 these for the agent service that owns the thread (thread id as key: one
 partition, so one consumer of an agent-service group, sees a thread's turns in
 order). The agent service answers by publishing the provider's stream for
-``run_id`` through the ingress (``reasonwire.workers.ingress_client``); the gateway streams
+``run_id`` through the ingress (``reasonwire.workers.services.ingress.publisher``); the gateway streams
 that run's normalized events back to the caller. The tenant is the caller's, as
 authenticated by the gateway — never taken from the body.
 """

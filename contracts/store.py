@@ -67,5 +67,5 @@ def ended_key(tenant: str, run_id: str) -> str:
 
 def shard_count_key(anchor_tag: str, token: str) -> str:
     """A worker's write counter on one Redis Cluster master: ``anchor_tag`` is a hash tag of the
-    master's lowest slot (``reasonwire.workers.redis_slots.slot_tag``), ``token`` the worker's name."""
+    master's lowest slot (``reasonwire.workers.io.redis_slots.slot_tag``), ``token`` the worker's name."""
     return f"{PREFIX}:{{{anchor_tag}}}:w:{quote(token, safe='')}"

@@ -15,7 +15,7 @@ use — replay reads Redis, not Kafka.
 
 The plan is pure: :func:`plan` builds it from the partition count and replication factor,
 :func:`diff` compares it with what a broker reports. The admin I/O is in
-:mod:`reasonwire.workers.topics_admin`.
+:mod:`reasonwire.workers.io.topics_admin`.
 """
 
 from __future__ import annotations

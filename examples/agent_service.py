@@ -12,7 +12,7 @@ does before calling its provider:
    restored only for the provider and model family that issued it (R8);
 2. "calls the provider": instead of the network it answers with a recorded
    provider stream (the Nth ``--script`` for the thread's Nth request), published
-   through the ingress client (``reasonwire.workers.ingress_client``) under the request's run
+   through the ingress client (``reasonwire.workers.services.ingress.publisher``) under the request's run
    id, thread id and tenant — so the gateway streams it back to the caller.
 
 ``--requests-log`` appends each provider request body it built (one JSON line), so
@@ -39,13 +39,13 @@ from reasonwire.contracts import topics
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.replay import ReplayTarget
 from reasonwire.contracts.run_request import RunRequest
-from reasonwire.workers.ingress_client import Publisher
-from reasonwire.workers.kafka_security import client_kwargs
-from reasonwire.workers.redis_connect import connect
+from reasonwire.workers.services.ingress.publisher import Publisher
+from reasonwire.workers.io.kafka_security import client_kwargs
+from reasonwire.workers.io.redis_connect import connect
 from reasonwire.workers.replay import ReplayError, replay
-from reasonwire.workers.replay.sources import read_thread
-from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.store import ArtefactStore
+from reasonwire.workers.io.replay_sources import read_thread
+from reasonwire.workers.ops.settings import WorkerSettings
+from reasonwire.workers.io.store import ArtefactStore
 
 log = logging.getLogger("agent_service")
 
@@ -67,9 +67,9 @@ class AgentService:
             bootstrap_servers=self.settings.kafka_bootstrap_servers,
             group_id="reasonwire-example-agent",
             auto_offset_reset="earliest",
-            **client_kwargs(),  # SASL / TLS from KAFKA_* (reasonwire.workers.kafka_security), as every client of the package
+            **client_kwargs(),  # SASL / TLS from KAFKA_* (reasonwire.workers.io.kafka_security), as every client of the package
         )
-        redis = connect(self.settings.redis_url)  # a Redis Cluster URL too (reasonwire.workers.redis_connect)
+        redis = connect(self.settings.redis_url)  # a Redis Cluster URL too (reasonwire.workers.io.redis_connect)
         store = ArtefactStore(redis, artefact_ttl_s=self.settings.artefact_ttl_s, journal_ttl_s=self.settings.journal_ttl_s)
         await consumer.start()
         try:

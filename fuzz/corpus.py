@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 
 from reasonwire.contracts.grammars import Grammar
-from reasonwire.workers.sse import read_events
+from reasonwire.workers.io.sse import read_events
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 GRAMMARS: tuple[str, ...] = tuple(g.value for g in Grammar)

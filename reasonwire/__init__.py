@@ -12,8 +12,9 @@ The public library API, importable as ``from reasonwire import …``:
 
 The implementation lives in ``reasonwire.workers`` (runtime) and ``reasonwire.contracts``
 (every shape that crosses a process boundary). In the repository they are the top-level
-folders ``workers/`` and ``contracts/``; pyproject.toml installs them under this package so
-a wheel puts one import name, ``reasonwire``, in site-packages.
+folders ``workers/`` and ``contracts/`` (linked here as ``reasonwire/workers`` and
+``reasonwire/contracts``); pyproject.toml installs them under this package so a wheel puts one
+import name, ``reasonwire``, in site-packages.
 
 Names are imported on first use (PEP 562), so ``import reasonwire`` stays cheap: the
 ingress client pulls in aiokafka, the translators do not.
@@ -27,22 +28,19 @@ from typing import TYPE_CHECKING, Any
 
 _SOURCE_TREE = Path(__file__).resolve().parent.parent
 if (_SOURCE_TREE / "pyproject.toml").is_file() and (_SOURCE_TREE / "workers" / "cli.py").is_file():
-    # Run from a checkout (tests, `python -m reasonwire.workers.cli`, an editable install):
-    # ``reasonwire.workers`` and ``reasonwire.contracts`` are this checkout's top-level folders.
-    # Without this, an editable install's finder would map them to the checkout it was
-    # installed from, so a second clone or worktree sharing a venv would run another tree's
-    # code. An installed wheel has no pyproject.toml beside the package, and its own
-    # ``reasonwire/workers`` is found in ``__path__`` first.
-    __path__.append(str(_SOURCE_TREE))
-    # the compiled build of the hot path, when built and current (workers/native.py): installed
-    # here, before any reasonwire module is imported, so each is the compiled one or none is
-    from reasonwire.workers.native import install as _install_native
+    # Run from a checkout: ``reasonwire/workers`` and ``reasonwire/contracts`` are symbolic links
+    # to the top-level folders, so ``reasonwire.workers.x`` is found beside this file (by the
+    # import system and by static tools alike) in whichever checkout or worktree runs. The
+    # compiled build of the hot path (workers/ops/native.py), when built and current, is
+    # installed here, before any reasonwire module is imported, so each is the compiled one or
+    # none is.
+    from reasonwire.workers.ops.native import install as _install_native
 
     _install_native()
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from reasonwire.workers.consumer import AgUiConsumer
-    from reasonwire.workers.ingress_client import Publisher
+    from reasonwire.workers.replay.consumer import AgUiConsumer
+    from reasonwire.workers.services.ingress.publisher import Publisher
     from reasonwire.workers.replay import ReplayTarget, replay
     from reasonwire.workers.translators import translator_for
 
@@ -50,8 +48,8 @@ _PUBLIC: dict[str, str] = {
     "translator_for": "reasonwire.workers.translators",
     "replay": "reasonwire.workers.replay",
     "ReplayTarget": "reasonwire.workers.replay",
-    "AgUiConsumer": "reasonwire.workers.consumer",
-    "Publisher": "reasonwire.workers.ingress_client",
+    "AgUiConsumer": "reasonwire.workers.replay.consumer",
+    "Publisher": "reasonwire.workers.services.ingress.publisher",
 }
 
 __all__ = sorted(_PUBLIC)

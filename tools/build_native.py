@@ -3,7 +3,7 @@
 The worker's own logic per raw record — the translator, the normalizer's numbering, audience
 filters and serialization — is a flat profile of small Python functions (issue 27 item 3);
 compiled by mypyc it costs about 0.7× in process. The compiled build is optional: the same
-``.py`` files are the source of truth, and :mod:`reasonwire.workers.native` loads the build
+``.py`` files are the source of truth, and :mod:`reasonwire.workers.ops.native` loads the build
 only while every source it was compiled from is unchanged (a manifest of SHA-256 digests), so
 an edit is never shadowed by a stale extension. Without a C compiler or mypy the build fails,
 says so, and everything runs as pure Python.
@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _loader() -> ModuleType:
-    """``workers/native.py`` (the manifest's reader, whose digests and ABI tag the manifest must
+    """``workers/ops/native.py`` (the manifest's reader, whose digests and ABI tag the manifest must
     match), loaded by path: importing ``reasonwire`` would apply the current build, and with
     ``RW_NATIVE=require`` stop at a stale one before it could be rebuilt."""
-    spec = importlib.util.spec_from_file_location("_rw_native_loader", ROOT / "workers" / "native.py")
+    spec = importlib.util.spec_from_file_location("_rw_native_loader", ROOT / "workers" / "ops" / "native.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -64,7 +64,7 @@ MODULES = (
     "workers/translators/gemini_generate_content.py",
     "workers/translators/gemini_interactions.py",
     "workers/translators/openai_responses.py",
-    "workers/telemetry/registry.py",
+    "workers/ops/telemetry/registry.py",
     "contracts/envelope.py",
 )
 
@@ -103,7 +103,7 @@ def write_manifest(seconds: float) -> None:
 
 def main() -> None:
     if sys.argv[1:] == ["--sources"]:  # for make: what the build depends on (this list, once)
-        print(" ".join([*MODULES, "workers/native.py", "tools/build_native.py"]))
+        print(" ".join([*MODULES, "workers/ops/native.py", "tools/build_native.py"]))
         return
     started = time.monotonic()
     try:

@@ -8,7 +8,7 @@ without content (P8).
 
 Anything a user can get wrong — arguments, input, paths, settings, a service
 that is down — ends with one line on stderr and an exit status, never a
-traceback (:mod:`reasonwire.workers.errors`). Exit statuses, every command:
+traceback (:mod:`reasonwire.workers.ops.errors`). Exit statuses, every command:
 
 * 0 — done (an interrupted or provider-failed run is still a translation);
 * 1 — ``translate``: an event was malformed (R7: the run ends with ``RUN_ERROR``
@@ -44,16 +44,16 @@ from typing import BinaryIO, TypeVar
 
 
 from reasonwire.contracts.grammars import Grammar
-from reasonwire.workers import ingress_cli
+from reasonwire.workers.commands import ingest as ingress_cli
 from reasonwire.workers.core.translator import Translation, Translator
 from reasonwire.workers.core.wire import event_json, record_json
-from reasonwire.workers.gateway import command as gateway_command
+from reasonwire.workers.commands import gateway as gateway_command
 from reasonwire.workers.launch import release_interrupts
-from reasonwire.workers.ingress_check import GrammarGate, NotThisGrammar
-from reasonwire.workers.errors import UserError
-from reasonwire.workers.replay import command as replay_command
-from reasonwire.workers.sse import ProviderEvent, read_events
-from reasonwire.workers.settings import (
+from reasonwire.workers.services.ingress.recognition import GrammarGate, NotThisGrammar
+from reasonwire.workers.ops.errors import UserError
+from reasonwire.workers.commands import replay as replay_command
+from reasonwire.workers.io.sse import ProviderEvent, read_events
+from reasonwire.workers.ops.settings import (
     DemoSettings,
     EraseSettings,
     GatewaySettings,
@@ -143,7 +143,7 @@ def _parser() -> argparse.ArgumentParser:
     gateway.set_defaults(starts_services=True, command=gateway_command.run)
     demo = sub.add_parser("demo", help="the whole pipeline on the sample streams (needs Kafka and Redis)", **settings_epilog(DemoSettings))
     demo.set_defaults(starts_services=True, command=_demo)
-    from reasonwire.workers import topics_command
+    from reasonwire.workers.commands import topics as topics_command
 
     topics_command.add_topics_arguments(sub.add_parser("topics", help="the topic plan: print it, or create/check the topics"))
     topics_command.add_asyncapi_arguments(sub.add_parser("asyncapi", help="write the AsyncAPI 3.0 document of every topic"))
@@ -159,9 +159,9 @@ def _with_services(kind: type[S], body: Callable[[S], int], *, kafka: bool = Tru
     command cannot write, is still one line (:class:`UserError`)."""
     import asyncio
 
-    from reasonwire.workers.logs import configure
-    from reasonwire.workers.preflight import check_services, service_failure
-    from reasonwire.workers.settings import LogSettings
+    from reasonwire.workers.ops.logs import configure
+    from reasonwire.workers.services.preflight import check_services, service_failure
+    from reasonwire.workers.ops.settings import LogSettings
 
     settings = kind.from_env()
     if isinstance(settings, LogSettings):
@@ -186,8 +186,8 @@ def _erase(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    from reasonwire.workers.redis_connect import connect
-    from reasonwire.workers.store import ArtefactStore
+    from reasonwire.workers.io.redis_connect import connect
+    from reasonwire.workers.io.store import ArtefactStore
 
     tenant = args.tenant if args.tenant is not None else "default"
 
@@ -210,19 +210,19 @@ def _erase(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from reasonwire.workers.demo import main as demo_main
+    from reasonwire.workers.commands.demo import main as demo_main
 
     return _with_services(DemoSettings, demo_main)
 
 
 def _normalize(args: argparse.Namespace) -> int:
-    from reasonwire.workers.normalize import run  # imported here: `translate` needs no Kafka client
+    from reasonwire.workers.services.normalizer import run  # imported here: `translate` needs no Kafka client
 
     return _with_services(NormalizeSettings, lambda settings: run(settings) or 0)  # type: ignore[arg-type]
 
 
 def _replay_worker(args: argparse.Namespace) -> int:
-    from reasonwire.workers.replay_worker import run  # imported here: `replay` needs no Kafka client
+    from reasonwire.workers.services.replay_worker import run  # imported here: `replay` needs no Kafka client
 
     return _with_services(ReplayWorkerSettings, lambda settings: run(settings) or 0)  # type: ignore[arg-type]
 
@@ -315,7 +315,7 @@ def _run(translator: Translator, events: Iterable[ProviderEvent], out: BinaryIO,
     """Feed each event as it is read and write its output at once (flushed per line).
 
     Until an event is recognised (handled, or rejected as malformed), the output (``RUN_STARTED``)
-    and unknown-event warnings are held (:class:`~reasonwire.workers.ingress_check.GrammarGate`,
+    and unknown-event warnings are held (:class:`~reasonwire.workers.services.ingress.recognition.GrammarGate`,
     the same recognition ``ingest`` and ``POST /v1/ingest`` use): a stream of another grammar
     then ends with one line, "this is not an X stream", and exit 2 — never with an invented run.
     A stream with no event at all says so (exit 2)."""

@@ -22,7 +22,7 @@ from pydantic import TypeAdapter
 from reasonwire.contracts.artefacts import ArtefactRecord
 from reasonwire.workers.core.translator import Translator, TranslatorWarning
 from reasonwire.workers.core.wire import event_json
-from reasonwire.workers.sse import read_events
+from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.translators import translator_for
 
 LOCAL_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

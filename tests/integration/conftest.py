@@ -32,12 +32,12 @@ from redis.asyncio import Redis
 
 from reasonwire.contracts import topics
 from tests.integration.service_choice import ServiceChoiceError, choose, docker_answers
-from reasonwire.workers.ingress import OutgoingRecord
-from reasonwire.workers.normalize import ensure_topics
-from reasonwire.workers.replay_worker import ensure_replay_topics
-from reasonwire.workers.redis_connect import connect
-from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.store import EPOCH_KEY, ArtefactStore
+from reasonwire.workers.services.ingress.records import OutgoingRecord
+from reasonwire.workers.services.normalizer import ensure_topics
+from reasonwire.workers.services.replay_worker import ensure_replay_topics
+from reasonwire.workers.io.redis_connect import connect
+from reasonwire.workers.ops.settings import WorkerSettings
+from reasonwire.workers.io.store import EPOCH_KEY, ArtefactStore
 
 ROOT = Path(__file__).resolve().parents[2]
 # Topics are created by a worker only with RW_CREATE_TOPICS=true (issue 16): the tests' own

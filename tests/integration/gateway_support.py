@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from tests.integration.conftest import ROOT
-from reasonwire.workers.gateway.keys import hash_key
-from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.services.gateway.keys import hash_key
+from reasonwire.workers.ops.settings import WorkerSettings
 
 KEYS = {
     "acme-public": ("acme", ["public"]),

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import Collector, WorkerProcess, send
-from reasonwire.workers.ingress import RunEnvelope, raw_records
-from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.sse import read_events
+from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
+from reasonwire.workers.ops.settings import WorkerSettings
+from reasonwire.workers.io.sse import read_events
 
 pytestmark = pytest.mark.integration
 

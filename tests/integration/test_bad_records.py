@@ -30,12 +30,12 @@ from reasonwire.contracts import topics
 from reasonwire.contracts.envelope import Control
 from reasonwire.contracts.grammars import Grammar
 from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream
-from reasonwire.workers.ingress import OutgoingRecord, RunEnvelope, raw_records
-from reasonwire.workers import normalize
-from reasonwire.workers.normalize import NormalizerWorker, create_app
-from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.sse import read_events
-from reasonwire.workers.telemetry import setup_telemetry
+from reasonwire.workers.services.ingress.records import OutgoingRecord, RunEnvelope, raw_records
+from reasonwire.workers.services import normalizer as normalize
+from reasonwire.workers.services.normalizer import NormalizerWorker, create_app
+from reasonwire.workers.ops.settings import WorkerSettings
+from reasonwire.workers.io.sse import read_events
+from reasonwire.workers.ops.telemetry import setup_telemetry
 from reasonwire.workers.translators import translator_for
 from tests.translator_faults import Replaced
 

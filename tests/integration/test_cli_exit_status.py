@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.ops.settings import WorkerSettings
 from tests.integration.conftest import ROOT
 from tests.integration.gateway_support import GatewayProcess, free_port
 from tests.signals import ctrl_c_as_in_a_terminal

@@ -40,11 +40,11 @@ from reasonwire.contracts.store import ended_key, journal_key, thread_index_key
 from tests.integration.conftest import ROOT, WorkerProcess, fresh_store_epoch
 from tests.integration.test_normalizer_worker import FIXTURES, _assert_nothing_lost, _half_then_rest, _offline, _run
 from reasonwire.workers.core.normalizer import JournalEntry, Normalizer, RunInput, RunKey, Step
-from reasonwire.workers.redis_connect import connect
-from reasonwire.workers.redis_slots import SlotWriter, slot_of
-from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.store import EPOCH_KEY, ArtefactStore
-from reasonwire.workers.topics_admin import apply
+from reasonwire.workers.io.redis_connect import connect
+from reasonwire.workers.io.redis_slots import SlotWriter, slot_of
+from reasonwire.workers.ops.settings import WorkerSettings
+from reasonwire.workers.io.store import EPOCH_KEY, ArtefactStore
+from reasonwire.workers.io.topics_admin import apply
 
 REDIS_CLUSTER = os.environ.get("RW_TEST_REDIS_CLUSTER")
 KAFKA_CLUSTER = os.environ.get("RW_TEST_KAFKA_CLUSTER")
@@ -279,7 +279,7 @@ async def test_on_a_cluster_a_stale_copy_cannot_end_a_run_another_worker_finishe
     stale copy expires it. A's write is refused with ``RunsMoved`` by the per-slot fence script
     (the run's journal and ended marker share a slot) — nothing of it written, its ``RUN_ERROR``
     never sent. Main wrote it on a cluster (the fence was checked on one server only)."""
-    from reasonwire.workers.store import RunsMoved
+    from reasonwire.workers.io.store import RunsMoved
     from tests.integration.test_fence import _raw, _runs, _step_and_store
 
     async with _cluster() as cluster:
@@ -313,7 +313,7 @@ async def test_on_a_cluster_a_zombie_write_is_refused_and_a_redo_from_the_journa
     is refused on the cluster; A drops its copy, restores from the journal as B left it and derives
     the same outputs as an undisturbed run — beside a run of another slot whose write in the same
     poll went through (a refused slot does not make the other slots' writes wrong)."""
-    from reasonwire.workers.store import RunsMoved
+    from reasonwire.workers.io.store import RunsMoved
     from tests.integration.test_fence import _raw, _runs, _step_and_store
 
     async with _cluster() as cluster:
@@ -373,7 +373,7 @@ async def test_a_replica_promoted_without_the_last_writes_is_detected_before_a_r
     of its own writes on that master is what gives it away: the next journal read and write raise
     ``StoreLost``, and the recovery replaces the epoch with one marked lost, so the run is not
     resumed from the journal that went back (main read it as intact)."""
-    from reasonwire.workers.store import StoreLost
+    from reasonwire.workers.io.store import StoreLost
     from tests.integration.test_fence import _raw, _step_and_store
 
     async with _cluster() as cluster:
@@ -439,7 +439,7 @@ async def _is_master(client: Redis) -> bool:
 async def _read_answers(store: ArtefactStore, run: Any) -> bool:
     """True once a journal read gets past the failover's connection errors to the store's verdict
     (the journal, or ``StoreLost``: the assertions after this say which)."""
-    from reasonwire.workers.store import StoreLost
+    from reasonwire.workers.io.store import StoreLost
 
     with contextlib.suppress(StoreLost):
         await store.load_journal(RunKey(run.tenant, run.run_id))
@@ -481,8 +481,8 @@ async def test_a_shard_restored_from_an_older_copy_is_detected_at_start_up_and_i
     the shard's counter: the new worker replaces the epoch (marked lost) and refuses the run's later
     records ``store_lost`` instead of translating them from the old journal — main took the store
     for intact and ended the run ``sequence_gap`` on a number already published."""
-    from reasonwire.workers.normalize import create_app
-    from reasonwire.workers.telemetry import setup_telemetry
+    from reasonwire.workers.services.normalizer import create_app
+    from reasonwire.workers.ops.telemetry import setup_telemetry
     from tests.integration.conftest import Collector, send, send_and_count_refusals
     from tests.integration.test_fence import _one_number_one_event
 

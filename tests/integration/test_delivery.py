@@ -13,11 +13,11 @@ import pytest
 from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream, translate_file
 from tests.integration.conftest import Collector, send
 from reasonwire.workers.core.normalizer import Outbound
-from reasonwire.workers.ingress import RunEnvelope, raw_records
-from reasonwire.workers.normalize import create_app
-from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.sse import read_events
-from reasonwire.workers.telemetry import setup_telemetry
+from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
+from reasonwire.workers.services.normalizer import create_app
+from reasonwire.workers.ops.settings import WorkerSettings
+from reasonwire.workers.io.sse import read_events
+from reasonwire.workers.ops.telemetry import setup_telemetry
 
 pytestmark = pytest.mark.integration
 

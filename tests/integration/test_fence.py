@@ -32,12 +32,12 @@ from redis.asyncio import Redis
 
 from reasonwire.contracts.store import ended_key, journal_key
 from reasonwire.workers.core.normalizer import JournalEntry, Normalizer, RawRecord, RunInput, Step
-from reasonwire.workers.ingress import OutgoingRecord, RunEnvelope, raw_records
-from reasonwire.workers.normalize import create_app
-from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.sse import read_events
-from reasonwire.workers.store import EPOCH_KEY, ArtefactStore, StoreLost
-from reasonwire.workers.telemetry import setup_telemetry
+from reasonwire.workers.services.ingress.records import OutgoingRecord, RunEnvelope, raw_records
+from reasonwire.workers.services.normalizer import create_app
+from reasonwire.workers.ops.settings import WorkerSettings
+from reasonwire.workers.io.sse import read_events
+from reasonwire.workers.io.store import EPOCH_KEY, ArtefactStore, StoreLost
+from reasonwire.workers.ops.telemetry import setup_telemetry
 from reasonwire.workers.translators import translator_for
 from tests.conformance.oracle import LOCAL_FIXTURES, translate_file
 from tests.integration.conftest import Collector, fresh_store_epoch, send, send_and_count_refusals
@@ -178,7 +178,7 @@ async def test_a_stale_copy_cannot_end_a_run_its_new_partition_finished_issue24_
     partition's owner) restores the run from its journal and finishes it; worker A still holds a
     copy. A's expiry of that copy is refused by the store's write script (nothing written, its
     ``RUN_ERROR`` never sent) — main wrote it and published a second terminal event over B's numbers."""
-    from reasonwire.workers.store import RunsMoved  # inside: the code before issue 24 has no fence to import
+    from reasonwire.workers.io.store import RunsMoved  # inside: the code before issue 24 has no fence to import
 
     [(run, records)] = _runs("moved", 1)
     await redis.delete(EPOCH_KEY)
@@ -204,7 +204,7 @@ async def test_a_stale_copy_cannot_end_a_run_its_new_partition_finished_issue24_
 async def test_a_zombie_write_is_refused_and_a_redo_from_the_journal_agrees_issue24_item2(redis: Redis) -> None:
     """Both workers hold the run; B writes first. A's write (the same records) is refused; A drops
     its copy, restores from the journal as B left it and derives the same outputs."""
-    from reasonwire.workers.store import RunsMoved
+    from reasonwire.workers.io.store import RunsMoved
 
     [(run, records)] = _runs("race", 1)
     await redis.delete(EPOCH_KEY)
@@ -459,7 +459,7 @@ async def _until_owned(worker: Any, partitions: list[int], timeout: float = 60) 
 
 def _run_on(partitions: list[int], every: set[int]) -> tuple[RunEnvelope, list[OutgoingRecord]]:
     """A run whose records land on one of ``partitions`` (Kafka's default partitioner)."""
-    from reasonwire.workers.partitions import partition_of
+    from reasonwire.workers.io.partitions import partition_of
 
     while True:
         [(run, records)] = _runs("takeover", 1)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from reasonwire.contracts.grammars import Grammar
-from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.ops.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_CASES = ("a_reasoning_then_answer", "b_reasoning_then_tool_call")
@@ -66,7 +66,7 @@ def test_the_clone_imports_its_own_code_not_the_parents(clone: Path, primed_grou
     env, make_args = clone_env(clone, primed_group, tmp_path / "state")
     if not make_args:
         pytest.skip("the clone installs its own .venv")
-    out = subprocess.run([sys.executable, "-c", "import reasonwire.workers.demo as d; print(d.__file__)"], cwd=clone, env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", "import reasonwire.workers.commands.demo as d; print(d.__file__)"], cwd=clone, env=env, capture_output=True, text=True, check=True)
     assert Path(out.stdout.strip()).is_relative_to(clone)
 
 

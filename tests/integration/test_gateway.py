@@ -16,7 +16,7 @@ from reasonwire.contracts import topics
 from tests.conformance.oracle import translate_file
 from tests.integration.gateway_support import GatewayProcess, auth, gateway, read_sse  # noqa: F401 - fixture
 from reasonwire.workers.core.audience import AudienceFilter
-from reasonwire.workers.ingress_client import Publisher
+from reasonwire.workers.services.ingress.publisher import Publisher
 
 pytestmark = pytest.mark.integration
 
@@ -206,7 +206,7 @@ async def _raw_values(bootstrap: str, run_id: str, count: int) -> list[bytes]:
 
 async def test_the_partition_the_gateway_reads_is_the_one_the_worker_wrote_the_run_to(spawn_worker: Any, primed_group: Any) -> None:
     """Fan-out: murmur2(run id) picks one partition; the gateway reads only that one."""
-    from reasonwire.workers.gateway.fanout import partition_for
+    from reasonwire.workers.services.gateway.fanout import partition_for
 
     worker = spawn_worker()
     worker.wait_assigned()

@@ -28,7 +28,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from reasonwire.contracts import topics
 from reasonwire.contracts.ids import BadId
-from reasonwire.workers.ingress_client import NotThisGrammar, Publisher
+from reasonwire.workers.services.ingress.publisher import NotThisGrammar, Publisher
 from tests.integration.conftest import ROOT
 from tests.integration.gateway_support import GatewayProcess, auth, read_sse
 

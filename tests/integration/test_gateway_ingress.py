@@ -17,7 +17,7 @@ from reasonwire.contracts import topics
 from tests.conformance.oracle import assert_valid_stream, translate_file
 from tests.integration.conftest import Collector
 from tests.signals import ctrl_c_as_in_a_terminal
-from reasonwire.workers.ingress_client import IngressError, Publisher
+from reasonwire.workers.services.ingress.publisher import IngressError, Publisher
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ import pytest
 
 from chaos.services import Services
 from reasonwire.contracts.topic_plan import plan
-from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.topics_admin import apply
+from reasonwire.workers.ops.settings import WorkerSettings
+from reasonwire.workers.io.topics_admin import apply
 from tests.integration.gateway_support import GatewayProcess, auth
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from reasonwire.contracts import topics
-from reasonwire.workers.ingress_client import Publisher
+from reasonwire.workers.services.ingress.publisher import Publisher
 from tests.integration.conftest import Collector
 from tests.integration.gateway_support import GatewayProcess, auth, free_port, gateway, read_sse  # noqa: F401 - fixture
 from tests.unit.test_dashboard import unknown_names

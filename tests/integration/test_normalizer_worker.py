@@ -18,9 +18,9 @@ import pytest
 from reasonwire.contracts.grammars import Grammar
 from tests.conformance.oracle import assert_valid_stream, fixture_paths, translate_file
 from tests.integration.conftest import Collector, send
-from reasonwire.workers.ingress import OutgoingRecord, RunEnvelope, raw_records
-from reasonwire.workers.sse import read_events
-from reasonwire.workers.store import ArtefactStore
+from reasonwire.workers.services.ingress.records import OutgoingRecord, RunEnvelope, raw_records
+from reasonwire.workers.io.sse import read_events
+from reasonwire.workers.io.store import ArtefactStore
 from reasonwire.workers.translators import implemented
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from reasonwire.workers.redis_connect import connect
-from reasonwire.workers.store import ArtefactStore
+from reasonwire.workers.io.redis_connect import connect
+from reasonwire.workers.io.store import ArtefactStore
 from tests.integration.test_backoff_and_health import PrivateRedis
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from reasonwire.contracts import topics
 from reasonwire.contracts.replay import ReplayRequest, ReplayTarget
-from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.ops.settings import WorkerSettings
 from tests.integration.conftest import WorkerProcess
 from tests.integration.test_backoff_and_health import PrivateRedis, _free_port, _readyz
 

@@ -27,8 +27,8 @@ from tests.unit.test_replay_roundtrip import (
 )
 from reasonwire.workers.core.normalizer import RunKey, Step
 from reasonwire.workers.replay import ProviderWouldReject, replay
-from reasonwire.workers.replay.sources import read_thread
-from reasonwire.workers.store import ArtefactStore
+from reasonwire.workers.io.replay_sources import read_thread
+from reasonwire.workers.io.store import ArtefactStore
 
 pytestmark = pytest.mark.integration
 

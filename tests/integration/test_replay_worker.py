@@ -35,11 +35,11 @@ from tests.unit.test_replay_roundtrip import (
     tool_results,
     user_text,
 )
-from reasonwire.workers.consumer import AgUiConsumer
-from reasonwire.workers.ingress import RunEnvelope, raw_records
+from reasonwire.workers.replay.consumer import AgUiConsumer
+from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
 from reasonwire.workers.replay import FRAGMENT_KEY
-from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.sse import read_events
+from reasonwire.workers.ops.settings import WorkerSettings
+from reasonwire.workers.io.sse import read_events
 
 pytestmark = pytest.mark.integration
 

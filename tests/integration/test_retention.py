@@ -14,8 +14,8 @@ import pytest
 from reasonwire.contracts.store import artefact_key, thread_index_key
 from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream
 from tests.integration.conftest import ROOT, Collector, send
-from reasonwire.workers.ingress import RunEnvelope, raw_records
-from reasonwire.workers.sse import read_events
+from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
+from reasonwire.workers.io.sse import read_events
 
 pytestmark = pytest.mark.integration
 

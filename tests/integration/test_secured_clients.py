@@ -3,7 +3,7 @@ Redis over TLS with an ACL user; wrong credentials are one clear line.
 
 The broker and Redis are started by the test (tests/integration/secure_services.py) with
 certificates made now; the settings reach the clients only through
-:func:`reasonwire.workers.kafka_security.client_kwargs` and ``REDIS_URL``."""
+:func:`reasonwire.workers.io.kafka_security.client_kwargs` and ``REDIS_URL``."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ from redis.asyncio import Redis
 from reasonwire.contracts import topics
 from tests.conformance.oracle import fixture_paths
 from tests.integration.secure_services import SecureServices, secure_services
-from reasonwire.workers.ingress import RunEnvelope
-from reasonwire.workers.ingress_client import Publisher
-from reasonwire.workers.kafka_security import KafkaSecurity, client_kwargs, describe_failure
-from reasonwire.workers.redis_connect import connect
-from reasonwire.workers.store import ArtefactStore
+from reasonwire.workers.services.ingress.records import RunEnvelope
+from reasonwire.workers.services.ingress.publisher import Publisher
+from reasonwire.workers.io.kafka_security import KafkaSecurity, client_kwargs, describe_failure
+from reasonwire.workers.io.redis_connect import connect
+from reasonwire.workers.io.store import ArtefactStore
 
 
 @pytest.fixture(scope="module")

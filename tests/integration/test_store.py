@@ -10,7 +10,7 @@ import pytest
 from reasonwire.contracts.artefacts import ArtefactRecord, ArtefactSubtype, Issuer, NativeBlock
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.workers.core.normalizer import JournalEntry, RunKey, Step
-from reasonwire.workers.store import ArtefactStore
+from reasonwire.workers.io.store import ArtefactStore
 
 pytestmark = pytest.mark.integration
 

@@ -20,12 +20,12 @@ from redis.asyncio import Redis
 from reasonwire.contracts.store import journal_key
 from tests.integration.conftest import Collector, fresh_store_epoch, send
 from reasonwire.workers.core.normalizer import JournalEntry, RunKey, Step
-from reasonwire.workers.ingress import RunEnvelope, raw_records
-from reasonwire.workers.normalize import create_app
-from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.sse import read_events
-from reasonwire.workers.store import EPOCH_KEY, ArtefactStore, StoreLost
-from reasonwire.workers.telemetry import setup_telemetry
+from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
+from reasonwire.workers.services.normalizer import create_app
+from reasonwire.workers.ops.settings import WorkerSettings
+from reasonwire.workers.io.sse import read_events
+from reasonwire.workers.io.store import EPOCH_KEY, ArtefactStore, StoreLost
+from reasonwire.workers.ops.telemetry import setup_telemetry
 
 pytestmark = pytest.mark.integration
 

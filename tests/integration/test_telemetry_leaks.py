@@ -1,6 +1,6 @@
 """P8 on the real broker and Redis: nothing opaque (nor readable reasoning) escapes into telemetry.
 
-The real FastStream app (``reasonwire.workers.normalize.create_app``) runs in this process
+The real FastStream app (``reasonwire.workers.services.normalizer.create_app``) runs in this process
 against the project's Kafka and Redis, with an in-memory span exporter, an
 in-memory metric reader and log capture on every handler FastStream and our
 code log to, at DEBUG. Every fixture is sent through it, plus a record with
@@ -36,12 +36,12 @@ from reasonwire.contracts.grammars import Grammar
 from tests.conformance.oracle import fixture_paths, translate_file
 from tests.integration.conftest import Collector, send
 from reasonwire.workers.core.normalizer import Step
-from reasonwire.workers.ingress import OutgoingRecord, RunEnvelope, raw_records
-from reasonwire.workers.normalize import create_app
-from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.sse import read_events
-from reasonwire.workers.telemetry import setup_telemetry
-from reasonwire.workers.telemetry.registry import SLICE, STRIDE
+from reasonwire.workers.services.ingress.records import OutgoingRecord, RunEnvelope, raw_records
+from reasonwire.workers.services.normalizer import create_app
+from reasonwire.workers.ops.settings import WorkerSettings
+from reasonwire.workers.io.sse import read_events
+from reasonwire.workers.ops.telemetry import setup_telemetry
+from reasonwire.workers.ops.telemetry.registry import SLICE, STRIDE
 from reasonwire.workers.translators import implemented
 
 pytestmark = pytest.mark.integration

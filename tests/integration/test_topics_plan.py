@@ -12,7 +12,7 @@ import pytest
 
 from reasonwire.contracts import topic_plan
 from reasonwire.contracts.topic_plan import Difference
-from reasonwire.workers.topics_admin import TopicsMissing, apply, ensure
+from reasonwire.workers.io.topics_admin import TopicsMissing, apply, ensure
 
 
 def _scratch_plan(partitions: int = 3) -> list[topic_plan.TopicSpec]:

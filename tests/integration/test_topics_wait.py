@@ -22,9 +22,9 @@ import httpx
 import pytest
 
 from reasonwire.contracts import topics
-from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.ops.settings import WorkerSettings
 from reasonwire.contracts.topic_plan import plan
-from reasonwire.workers.topics_admin import admin_client, apply
+from reasonwire.workers.io.topics_admin import admin_client, apply
 from tests.integration.conftest import ROOT, WorkerProcess
 from tests.integration.gateway_support import free_port
 

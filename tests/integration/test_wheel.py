@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.ops.settings import WorkerSettings
 from tests.integration.gateway_support import GatewayProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,7 +79,7 @@ def test_wheel_carries_licence_typing_markers_and_metadata(wheel: Path) -> None:
         [licence] = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
         assert "Apache License" in whl.read(licence).decode()
     assert {"reasonwire/py.typed", "reasonwire/workers/py.typed", "reasonwire/contracts/py.typed"} <= names
-    assert "reasonwire/workers/gateway/viewer.html" in names
+    assert "reasonwire/workers/services/gateway/viewer.html" in names
     assert {n.split("/")[0] for n in names if not n.startswith("reasonwire-")} == {"reasonwire"}
     assert "License-Expression: Apache-2.0" in meta.splitlines()
     assert "Requires-Dist: ag-ui-protocol<1.1,>=1.0.0" in meta.splitlines()

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from reasonwire.workers.core.backoff import Backoff, Degradation, Failure
-from reasonwire.workers.health import LogThrottle, RepeatGate, classify, held_back_note
-from reasonwire.workers.store import StoreLost
+from reasonwire.workers.ops.health import LogThrottle, RepeatGate, classify, held_back_note
+from reasonwire.workers.io.store import StoreLost
 
 
 def test_backoff_grows_exponentially_with_jitter_and_is_capped() -> None:
@@ -156,7 +156,7 @@ async def _get(port: int, path: str) -> tuple[int, bytes]:
 
 async def test_health_server_answers_liveness_and_readiness_from_the_probe() -> None:
     """/healthz is the loop answering; /readyz is 503 until the probe says ready (issue 13)."""
-    from reasonwire.workers.health import HealthServer
+    from reasonwire.workers.ops.health import HealthServer
 
     state = {"ready": False, "redis": "ConnectionError", "lag": {3: 7}}
 

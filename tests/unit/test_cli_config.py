@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from reasonwire.workers import cli
-from reasonwire.workers.settings import (
+from reasonwire.workers.ops.settings import (
     AsyncApiSettings,
     DemoSettings,
     EraseSettings,

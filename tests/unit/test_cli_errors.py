@@ -1,7 +1,7 @@
 """No traceback for anything a user can get wrong (issue 12; issue 14 CLI items 12–14).
 
 Every case runs the real ``reasonwire`` entry point as a subprocess and checks
-the contract of ``reasonwire.workers.errors``: exactly one line on stderr that names the
+the contract of ``reasonwire.workers.ops.errors``: exactly one line on stderr that names the
 cause and the variable or path, no ``Traceback``, and the documented exit
 status (2 bad arguments/input/configuration, 3 a service unreachable). A
 service that is "down" is a local port bound without listening, so nothing
@@ -166,7 +166,7 @@ def test_redis_down_is_one_line_naming_redis_url_exit_3_within_seconds(command: 
 
 
 def test_help_of_the_workers_lists_every_setting_with_its_default() -> None:
-    from reasonwire.workers.settings import NormalizeSettings, ReplayWorkerSettings, show_default
+    from reasonwire.workers.ops.settings import NormalizeSettings, ReplayWorkerSettings, show_default
 
     for command, kind in ((["worker", "normalize"], NormalizeSettings), (["worker", "replay"], ReplayWorkerSettings)):
         done = run(*command, "--help")

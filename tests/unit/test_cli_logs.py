@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from aiokafka.errors import GroupCoordinatorNotAvailableError, NodeNotReadyError
 
-from reasonwire.workers.logs import COORDINATOR_LOGGER, GRACE_S, TransientCoordinatorFilter, install
+from reasonwire.workers.ops.logs import COORDINATOR_LOGGER, GRACE_S, TransientCoordinatorFilter, install
 
 
 class Clock:

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from reasonwire.workers.errors import ServiceUnreachable
-from reasonwire.workers.preflight import check_kafka, check_redis, redis_location
-from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.ops.errors import ServiceUnreachable
+from reasonwire.workers.services.preflight import check_kafka, check_redis, redis_location
+from reasonwire.workers.ops.settings import WorkerSettings
 
 
 @pytest.fixture

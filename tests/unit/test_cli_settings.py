@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from reasonwire.workers.errors import ConfigurationError
-from reasonwire.workers.settings import SETTINGS_CLASSES, WorkerSettings, all_env_names, describe, show_default
+from reasonwire.workers.ops.errors import ConfigurationError
+from reasonwire.workers.ops.settings import SETTINGS_CLASSES, WorkerSettings, all_env_names, describe, show_default
 
 ROOT = Path(__file__).resolve().parents[2]
 

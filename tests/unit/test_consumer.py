@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tests.conformance.oracle import LOCAL_FIXTURES
 from tests.unit.test_replay_roundtrip import translate
-from reasonwire.workers.consumer import AgUiConsumer, downgrade_messages
+from reasonwire.workers.replay.consumer import AgUiConsumer, downgrade_messages
 
 VALUE = "EqQBCkYIBRgCKkB+opaque/value=="
 

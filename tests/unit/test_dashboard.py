@@ -89,10 +89,10 @@ def unknown_names(text: str) -> list[str]:
 
 def _in_process_scrape() -> str:
     """One data point in every instrument the worker and the gateway create, scraped."""
-    from reasonwire.workers.health import HealthMetrics
-    from reasonwire.workers.metrics import GatewayMetrics
-    from reasonwire.workers.telemetry import setup_telemetry
-    from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
+    from reasonwire.workers.ops.health import HealthMetrics
+    from reasonwire.workers.ops.metrics import GatewayMetrics
+    from reasonwire.workers.ops.telemetry import setup_telemetry
+    from reasonwire.workers.ops.telemetry.normalizer import NormalizerTelemetry
 
     telemetry = setup_telemetry(install_global=False, env={"OTEL_METRICS_EXPORTER": "prometheus"})
     n = NormalizerTelemetry(telemetry, group_id="g")

@@ -11,8 +11,8 @@ from reasonwire.workers.core.delivery_machine import (
     Acknowledged, Close, Commit, DeliveryMachine, Failure, Forgot, Probe, ReadJournals, RecoverStore, Retired, Seek, Send, Stepped, Write,
 )
 from reasonwire.workers.core.normalizer import Normalizer, RawRecord
-from reasonwire.workers.ingress import RunEnvelope, raw_records
-from reasonwire.workers.sse import read_events
+from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
+from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.translators import translator_for
 
 FIXTURE = LOCAL_FIXTURES / "openai-responses" / "c_interleaved_reasoning_tool_calls.jsonl"

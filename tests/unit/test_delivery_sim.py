@@ -41,7 +41,7 @@ epoch id kept). The store model applies the write script's rules from the core
 (``fence_accepts``, the write count against the ``Witness``). A test shows the scenarios can fail:
 without the fence or without the witness, seeds break.
 
-Not simulated: the asyncio adapter (``workers/normalize.py``) that performs the actions —
+Not simulated: the asyncio adapter (``workers/services/normalizer.py``) that performs the actions —
 tests/integration/test_delivery_adapter.py checks it performs only what the machine returned —
 runs whose records move to another partition (``tests/integration/test_fence.py`` checks that
 at the store), and a Redis Cluster.
@@ -72,8 +72,8 @@ from reasonwire.workers.core.delivery import DeadLetterCode, OutputLimits
 from reasonwire.workers.core.fence import Witness, fence_accepts
 from reasonwire.workers.core.delivery_machine import Acknowledged, Action, Close, Commit, DeliveryMachine, Failure, Forgot, Probe, ReadJournals, RecoverStore, Retired, Seek, Send, Stepped, Write
 from reasonwire.workers.core.normalizer import JournalEntry, Normalizer, Outbound, RawRecord, RunKey, Step
-from reasonwire.workers.ingress import RunEnvelope, raw_records
-from reasonwire.workers.sse import ProviderEvent, read_events
+from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
+from reasonwire.workers.io.sse import ProviderEvent, read_events
 from reasonwire.workers.translators import translator_for
 from tests.translator_faults import Replaced
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from reasonwire.contracts.grammars import Grammar
 from tests.conformance.oracle import LOCAL_FIXTURES, translate_file
-from reasonwire.workers.demo import SAMPLE_CASES, artefact_table, sample_streams
+from reasonwire.workers.commands.demo import SAMPLE_CASES, artefact_table, sample_streams
 
 ROOT = Path(__file__).resolve().parents[2]
 

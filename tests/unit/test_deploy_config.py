@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from reasonwire.workers.telemetry import exporters_from_env
+from reasonwire.workers.ops.telemetry import exporters_from_env
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

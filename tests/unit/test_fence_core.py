@@ -15,13 +15,13 @@ from reasonwire.workers.core.fence import (
     witnessed,
 )
 from reasonwire.workers.core.normalizer import Ended, JournalEntry, Normalizer, RawRecord, RunInput, Step
-from reasonwire.workers.ingress import RunEnvelope, raw_records
-from reasonwire.workers.normalize import NormalizerWorker
-from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.sse import read_events
-from reasonwire.workers.store import ArtefactStore
-from reasonwire.workers.telemetry import setup_telemetry
-from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
+from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
+from reasonwire.workers.services.normalizer import NormalizerWorker
+from reasonwire.workers.ops.settings import WorkerSettings
+from reasonwire.workers.io.sse import read_events
+from reasonwire.workers.io.store import ArtefactStore
+from reasonwire.workers.ops.telemetry import setup_telemetry
+from reasonwire.workers.ops.telemetry.normalizer import NormalizerTelemetry
 from reasonwire.workers.translators import translator_for
 from tests.conformance.oracle import LOCAL_FIXTURES
 
@@ -226,7 +226,7 @@ async def test_a_stalled_worker_drops_every_run_before_it_steps_again_issue24_it
 
 @pytest.mark.parametrize("policy", ["volatile-lru", "allkeys-lru", "volatile-ttl"])
 async def test_an_evicting_store_is_refused_unless_said_dedicated_issue24_item5(policy: str) -> None:
-    from reasonwire.workers.normalize import refuse_evicting_store
+    from reasonwire.workers.services.normalizer import refuse_evicting_store
 
     class _Redis:
         async def config_get(self, pattern: str) -> dict[str, str]:

@@ -10,11 +10,11 @@ import orjson
 import pytest
 
 from reasonwire.contracts.ids import BadId, check_id
-from reasonwire.workers.gateway.app import ByteBudget
-from reasonwire.workers.gateway.fanout import RunLog
-from reasonwire.workers.ingress import EventTooLarge, SSEFramer
-from reasonwire.workers.ingress_check import NO_EVENTS, GrammarGate, NotThisGrammar, gate_for
-from reasonwire.workers.sse import ProviderEvent
+from reasonwire.workers.services.gateway.app import ByteBudget
+from reasonwire.workers.services.gateway.fanout import RunLog
+from reasonwire.workers.services.ingress.records import EventTooLarge, SSEFramer
+from reasonwire.workers.services.ingress.recognition import NO_EVENTS, GrammarGate, NotThisGrammar, gate_for
+from reasonwire.workers.io.sse import ProviderEvent
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -66,7 +66,7 @@ def test_issue26_item3_ordinary_ids_fit_the_grammar(good: str) -> None:
 
 
 def _events(path: Path) -> list[ProviderEvent]:
-    from reasonwire.workers.sse import read_events
+    from reasonwire.workers.io.sse import read_events
 
     with path.open(encoding="utf-8") as f:
         return list(read_events(f))

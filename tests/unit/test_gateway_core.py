@@ -8,8 +8,8 @@ import json
 import orjson
 import pytest
 
-from reasonwire.workers.gateway.fanout import RunLog, partition_for, sse_frame
-from reasonwire.workers.gateway.keys import Audience, KeyBook, KeyBookError, hash_key
+from reasonwire.workers.services.gateway.fanout import RunLog, partition_for, sse_frame
+from reasonwire.workers.services.gateway.keys import Audience, KeyBook, KeyBookError, hash_key
 
 
 def _blob(kind: str, **fields: object) -> bytes:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from reasonwire.workers.gateway import app
+from reasonwire.workers.services.gateway import app
 
 
 async def test_a_client_whose_close_hangs_does_not_hold_the_shutdown(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from reasonwire.workers.gc_pause import collection_paused
+from reasonwire.workers.ops.gc_pause import collection_paused
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""workers/handoff.py: the worker's poll → producer hand-off recorder (issue 27's targets inside the worker)."""
+"""workers/ops/handoff.py: the worker's poll → producer hand-off recorder (issue 27's targets inside the worker)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from typing import Any
 import orjson
 import pytest
 
-from reasonwire.workers import handoff
+from reasonwire.workers.ops import handoff
 from reasonwire.workers.core.fence import Witness
 from reasonwire.workers.core.normalizer import RawRecord
-from reasonwire.workers.ingress import RunEnvelope, raw_records
-from reasonwire.workers.normalize import NormalizerWorker
-from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.sse import read_events
-from reasonwire.workers.telemetry import setup_telemetry
-from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
+from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
+from reasonwire.workers.services.normalizer import NormalizerWorker
+from reasonwire.workers.ops.settings import WorkerSettings
+from reasonwire.workers.io.sse import read_events
+from reasonwire.workers.ops.telemetry import setup_telemetry
+from reasonwire.workers.ops.telemetry.normalizer import NormalizerTelemetry
 from tests.conformance.oracle import LOCAL_FIXTURES
 
 
@@ -48,13 +48,13 @@ def test_a_sample_is_the_time_since_the_poll_started_issue27(tmp_path: Path) -> 
 def test_the_samples_are_written_when_the_process_exits_issue27(tmp_path: Path) -> None:
     """The benchmark stops the worker with SIGTERM and reads the file: written at exit."""
     out = tmp_path / "handoff.json"
-    code = "import time; from reasonwire.workers import handoff; handoff.recorder.handed(time.perf_counter() - 0.002, True)"
+    code = "import time; from reasonwire.workers.ops import handoff; handoff.recorder.handed(time.perf_counter() - 0.002, True)"
     subprocess.run([sys.executable, "-c", code], env={**os.environ, handoff.ENV: str(out)}, check=True)
     [[_, ms, terminal]] = orjson.loads(out.read_bytes())["samples"]
     assert ms >= 2.0 and terminal is True
 
 
-# -- the worker's two call sites (workers/normalize.py; the lead's state machine keeps them) ---
+# -- the worker's two call sites (workers/services/normalizer.py; the lead's state machine keeps them) ---
 
 
 class _Batch:

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from reasonwire.workers.health import NO_METRICS, HealthServer, wait_for_topics
-from reasonwire.workers.telemetry import exporters_from_env, setup_telemetry
-from reasonwire.workers.topics_admin import TopicsMissing
+from reasonwire.workers.ops.health import NO_METRICS, HealthServer, wait_for_topics
+from reasonwire.workers.ops.telemetry import exporters_from_env, setup_telemetry
+from reasonwire.workers.io.topics_admin import TopicsMissing
 
 
 async def _get(port: int, path: str) -> httpx.Response:
@@ -68,7 +68,7 @@ def test_item6_prometheus_is_a_pull_reader_beside_otlp_not_a_pushing_exporter() 
 
 
 def test_item16_health_server_runs_on_uvicorn_and_the_docstring_says_it_is_a_dependency() -> None:
-    import reasonwire.workers.health as health
+    import reasonwire.workers.ops.health as health
 
     assert "uvicorn, not a dependency" not in (health.__doc__ or "")
     assert "asyncio.start_server" not in open(health.__file__).read()  # the hand-written HTTP/1.0 server is gone

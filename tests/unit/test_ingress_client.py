@@ -14,8 +14,8 @@ import asyncio
 from typing import Any
 
 from reasonwire.contracts.envelope import HEADER_CONTROL, HEADER_SEQ, Control
-from reasonwire.workers.ingress import RunEnvelope
-from reasonwire.workers.ingress_client import RunPublisher
+from reasonwire.workers.services.ingress.records import RunEnvelope
+from reasonwire.workers.services.ingress.publisher import RunPublisher
 
 
 class _HeldAcks:

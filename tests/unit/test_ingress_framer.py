@@ -7,8 +7,8 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reasonwire.workers.ingress import SSEFramer
-from reasonwire.workers.sse import read_events
+from reasonwire.workers.services.ingress.records import SSEFramer
+from reasonwire.workers.io.sse import read_events
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "anthropic-messages" / "c_interleaved_thinking_tool_calls.jsonl"
 

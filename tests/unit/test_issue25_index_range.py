@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream, translate_lines
-from reasonwire.workers.sse import read_events
+from reasonwire.workers.io.sse import read_events
 
 OUT_OF_RANGE = (-1, -(2**31), -(2**63), -(10**30), 2**31, 2**63, 10**30)
 

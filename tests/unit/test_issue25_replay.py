@@ -18,7 +18,7 @@ from reasonwire.contracts.artefacts import ArtefactRecord
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.replay import ReplayTarget
 from reasonwire.workers.replay import FRAGMENT_KEY, ProviderWouldReject, replay
-from reasonwire.workers.sse import read_events
+from reasonwire.workers.io.sse import read_events
 from tests.agui_client import client_messages
 from tests.conformance.oracle import LOCAL_FIXTURES, Output, assert_valid_stream, translate_lines
 from tests.unit.test_replay_roundtrip import expected_of, request_model

@@ -10,7 +10,7 @@ from faststream.kafka.security import parse_security
 from faststream.security import SASLPlaintext, SASLScram256, SASLScram512
 
 from tests.certs import Certs, make_certs
-from reasonwire.workers.kafka_security import KafkaSecurity, KafkaSecurityError, broker_security, client_kwargs
+from reasonwire.workers.io.kafka_security import KafkaSecurity, KafkaSecurityError, broker_security, client_kwargs
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from reasonwire.contracts import topics
 from reasonwire.contracts.envelope import Control
 from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream
 from reasonwire.workers.core.normalizer import DeadLetter, JournalEntry, Normalizer, RawRecord, RunInput, Step, dead_letter
-from reasonwire.workers.ingress import RunEnvelope, raw_records
-from reasonwire.workers.sse import read_events
+from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
+from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.translators import translator_for
 
 FIXTURE = LOCAL_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl"

@@ -16,8 +16,8 @@ from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream
 from reasonwire.workers.core import normalizer as core
 from reasonwire.workers.core.delivery import DeadLetterCode, OutputLimits, fit_dead_letter, record_size
 from reasonwire.workers.core.normalizer import DeadLetter, Ended, JournalEntry, Normalizer, RawRecord, RunInput, Step
-from reasonwire.workers.ingress import RunEnvelope, raw_records
-from reasonwire.workers.sse import read_events
+from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
+from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.translators import translator_for
 from tests.translator_faults import Replaced
 

@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 from reasonwire.workers.core.normalizer import Outbound
-from reasonwire.workers.outbox import Outbox
+from reasonwire.workers.io.outbox import Outbox
 
 
 class _Builder:
@@ -110,7 +110,7 @@ async def test_runs_interleaved_in_one_add_keep_each_partitions_order_and_a_run_
     and topic stay the same; runs alternating, a second topic, a batch filling in the middle of
     a run and a keyless output must still land exactly where, and in the order, the one-by-one
     rule puts them."""
-    from reasonwire.workers.partitions import partition_of
+    from reasonwire.workers.io.partitions import partition_of
 
     producer = _Producer(room=3)
     parts = {"t": [0, 1, 2, 3], "u": [0, 1]}

@@ -15,8 +15,8 @@ from reasonwire.contracts.usage import TokenCounts
 from tests.conformance.oracle import assert_valid_stream, facts, fixture_paths, translate_file
 from reasonwire.workers.core.audience import AudienceFilter
 from reasonwire.workers.core.normalizer import Normalizer, RawRecord, RunInput
-from reasonwire.workers.ingress import RunEnvelope, raw_records
-from reasonwire.workers.sse import read_events
+from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
+from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.translators import implemented, translator_for
 
 FIXTURES = [p for p in fixture_paths() if Grammar(p.parent.name) in implemented()]

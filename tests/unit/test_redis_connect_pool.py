@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from reasonwire.workers.redis_connect import connect
+from reasonwire.workers.io.redis_connect import connect
 
 pytest.importorskip("redis.maint_notifications")
 

@@ -1,4 +1,4 @@
-"""The store's one-server write path: ops → one script call (reasonwire.workers.redis_script, issue 17).
+"""The store's one-server write path: ops → one script call (reasonwire.workers.io.redis_script, issue 17).
 
 The script replaces a ``MULTI``/``EXEC`` pipeline on the hot path; what it writes must be
 exactly what the pipeline wrote (R-store layout unchanged), so every op form the store uses
@@ -12,8 +12,8 @@ import hashlib
 import hiredis
 import pytest
 
-from reasonwire.workers.redis_script import MAX_FIELDS_PER_CALL, READ_HASHES, WRITE_OPS, ScriptError, ServerScript, op_words, read_call, write_call
-from reasonwire.workers.redis_slots import Op
+from reasonwire.workers.io.redis_script import MAX_FIELDS_PER_CALL, READ_HASHES, WRITE_OPS, ScriptError, ServerScript, op_words, read_call, write_call
+from reasonwire.workers.io.redis_slots import Op
 
 
 def test_every_op_form_the_store_writes_becomes_its_command_words() -> None:

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from reasonwire.contracts.store import artefact_key, ended_key, journal_key, thread_index_key, thread_runs_key
-from reasonwire.workers.redis_connect import cluster_nodes, wants_cluster
-from reasonwire.workers.redis_slots import Op, SlotWrite, group_by_slot, slot_of, slot_tag
+from reasonwire.workers.io.redis_connect import cluster_nodes, wants_cluster
+from reasonwire.workers.io.redis_slots import Op, SlotWrite, group_by_slot, slot_of, slot_tag
 
 
 def test_every_key_of_a_thread_shares_a_slot_and_a_run_journal_its_own() -> None:
@@ -69,7 +69,7 @@ def test_on_a_cluster_a_poll_that_only_ends_a_run_still_waits_for_replicas_issue
     from redis.asyncio import Redis
 
     from reasonwire.workers.core.normalizer import RunKey, Step
-    from reasonwire.workers.store import ArtefactStore
+    from reasonwire.workers.io.store import ArtefactStore
 
     store = ArtefactStore(Redis(), artefact_ttl_s=60, journal_ttl_s=60)
     writer = _RecordingSlotWriter()

@@ -21,7 +21,7 @@ from tests.unit.test_replay_roundtrip import (
     translate,
     user_text,
 )
-from reasonwire.workers.replay_worker import parse_request, reply_for
+from reasonwire.workers.services.replay_worker import parse_request, reply_for
 
 FIXTURE = LOCAL_FIXTURES / "anthropic-messages" / "b_reasoning_then_tool_call.jsonl"
 MODEL = "claude-sonnet-4-5-20250929"
@@ -108,7 +108,7 @@ def test_replay_command_refuses_unusable_input_with_status_2(tmp_path: Path) -> 
 
 def test_a_replay_request_is_answered_with_the_fragment_and_its_warnings(tmp_path: Path) -> None:
     run_input, artefacts_file = _history_and_artefacts(tmp_path)
-    from reasonwire.workers.replay.sources import read_artefact_file
+    from reasonwire.workers.io.replay_sources import read_artefact_file
 
     artefacts = read_artefact_file(artefacts_file)
     request = ReplayRequest(

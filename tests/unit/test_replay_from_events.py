@@ -14,7 +14,7 @@ import pytest
 
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.workers import cli
-from reasonwire.workers.consumer import AgUiConsumer
+from reasonwire.workers.replay.consumer import AgUiConsumer
 from tests.conformance.oracle import LOCAL_FIXTURES
 
 

@@ -20,7 +20,7 @@ import pytest
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.replay import ReplayTarget
 from tests.conformance.oracle import Output, assert_valid_stream, fixture_paths, translate_file
-from reasonwire.workers.consumer import AgUiConsumer
+from reasonwire.workers.replay.consumer import AgUiConsumer
 from reasonwire.workers.replay import FRAGMENT_KEY, replay
 from reasonwire.workers.translators import implemented
 

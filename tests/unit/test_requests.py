@@ -11,7 +11,7 @@ import pytest
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.replay import ReplayTarget
 from tests.conformance.oracle import LOCAL_FIXTURES
-from reasonwire.workers.requests import (
+from reasonwire.workers.replay.requests import (
     TABLES,
     Effort,
     PortableReasoning,

@@ -8,7 +8,7 @@ import logging
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from reasonwire.workers.retry import Retrying
+from reasonwire.workers.ops.retry import Retrying
 
 
 class Flaky:

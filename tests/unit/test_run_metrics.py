@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from reasonwire.workers.core.normalizer import Normalizer
-from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
+from reasonwire.workers.ops.telemetry.normalizer import NormalizerTelemetry
 from reasonwire.workers.translators import translator_for
 from tests.unit.test_telemetry import LOCAL_FIXTURES, _metric_points, _records, _steps, telemetry  # noqa: F401 (the fixture)
 
@@ -39,7 +39,7 @@ def test_item6_a_poll_that_failed_counts_no_run() -> None:
     """Counted only for committed polls: a redelivered poll does not count a run twice."""
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from reasonwire.workers.telemetry import setup_telemetry
+    from reasonwire.workers.ops.telemetry import setup_telemetry
 
     reader = InMemoryMetricReader()
     t = setup_telemetry(metric_reader=reader, install_global=False, env={})

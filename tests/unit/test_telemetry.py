@@ -30,11 +30,11 @@ from reasonwire.contracts import topics
 from reasonwire.contracts.envelope import Control
 from tests.conformance.oracle import LOCAL_FIXTURES
 from reasonwire.workers.core.normalizer import Normalizer, RawRecord, Step
-from reasonwire.workers.ingress import RunEnvelope, raw_records
-from reasonwire.workers.sse import read_events
-from reasonwire.workers.telemetry import Telemetry, setup_telemetry
-from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
-from reasonwire.workers.telemetry.registry import MIN_NEEDLE, REDACTED, RENDERINGS, SLICE, STRIDE, OpaqueRegistry
+from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
+from reasonwire.workers.io.sse import read_events
+from reasonwire.workers.ops.telemetry import Telemetry, setup_telemetry
+from reasonwire.workers.ops.telemetry.normalizer import NormalizerTelemetry
+from reasonwire.workers.ops.telemetry.registry import MIN_NEEDLE, REDACTED, RENDERINGS, SLICE, STRIDE, OpaqueRegistry
 from reasonwire.workers.translators import translator_for
 
 SIGNATURE = "EqQBCkYIBRgCKkBopaque+only/signatureAAAAbbbbCCCCddddEEEEffff0123456789+/=="
@@ -320,8 +320,8 @@ def test_otel_environment_selects_the_exporters_and_wraps_each_in_the_guard() ->
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-    from reasonwire.workers.telemetry import exporters_from_env
-    from reasonwire.workers.telemetry.guard import GuardedSpanProcessor
+    from reasonwire.workers.ops.telemetry import exporters_from_env
+    from reasonwire.workers.ops.telemetry.guard import GuardedSpanProcessor
 
     env = {"OTEL_TRACES_EXPORTER": "console,otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
     assert [type(e) for e in exporters_from_env("traces", env)] == [ConsoleSpanExporter, OTLPSpanExporter]
@@ -641,7 +641,7 @@ def test_reasoning_no_audience_sees_is_registered_too_P8() -> None:
 
 @given(st.text(max_size=80) | st.text(alphabet="'\"\\\n\t\x00\x7féa", max_size=20))
 def test_fast_bytes_rendering_matches_the_byte_table_P8(text: str) -> None:
-    from reasonwire.workers.telemetry.registry import _BYTE_REPR, _bytes_repr, _json_escaped
+    from reasonwire.workers.ops.telemetry.registry import _BYTE_REPR, _bytes_repr, _json_escaped
 
     assert _bytes_repr(text) == "".join(_BYTE_REPR[b] for b in _json_escaped(text).encode("utf-8", "surrogatepass"))
 
@@ -661,8 +661,8 @@ def test_replays_dropped_by_issuer_are_counted_by_provider_and_reason_R8() -> No
 
     from tests.unit.test_replay import ANTHROPIC_A, history_of, then_user
     from reasonwire.workers.replay import replay
-    from reasonwire.workers.telemetry import setup_telemetry
-    from reasonwire.workers.telemetry.replay import ReplayTelemetry
+    from reasonwire.workers.ops.telemetry import setup_telemetry
+    from reasonwire.workers.ops.telemetry.replay import ReplayTelemetry
     from reasonwire.contracts.replay import ReplayTarget
     from reasonwire.contracts.grammars import Grammar
 
@@ -696,7 +696,7 @@ def test_an_unsampled_producer_context_costs_no_span_and_no_parsing_per_record_P
     """With the default parent-based sampler, a ``traceparent`` whose sampled flag is off decides
     the run from its last character: the propagator is never called, the headers are read once
     for the run (not per record) and no span is started — yet every record is counted."""
-    import reasonwire.workers.telemetry.normalizer as tn
+    import reasonwire.workers.ops.telemetry.normalizer as tn
 
     t, spans, metrics = telemetry
     traces, normalizer = NormalizerTelemetry(t, group_id="g"), Normalizer(translators=translator_for)

@@ -20,7 +20,7 @@ from reasonwire.contracts.grammars import Grammar
 from tests.conformance.oracle import fixture_paths
 from reasonwire.workers.core.events import as_model
 from reasonwire.workers.core.wire import event_json, record_json
-from reasonwire.workers.sse import read_events
+from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.translators import implemented, translator_for
 
 _MODEL_NAME = {

@@ -14,12 +14,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from reasonwire.workers.core.delivery_machine import Commit, Stepped
 from reasonwire.workers.core.normalizer import RawRecord
-from reasonwire.workers.ingress import RunEnvelope
-from reasonwire.workers.normalize import NormalizerWorker
-from reasonwire.workers.settings import WorkerSettings
-from reasonwire.workers.store import ArtefactStore
-from reasonwire.workers.telemetry import setup_telemetry
-from reasonwire.workers.telemetry.normalizer import NormalizerTelemetry
+from reasonwire.workers.services.ingress.records import RunEnvelope
+from reasonwire.workers.services.normalizer import NormalizerWorker
+from reasonwire.workers.ops.settings import WorkerSettings
+from reasonwire.workers.io.store import ArtefactStore
+from reasonwire.workers.ops.telemetry import setup_telemetry
+from reasonwire.workers.ops.telemetry.normalizer import NormalizerTelemetry
 
 FIRST = b'{"type":"response.created","response":{"id":"resp_1","model":"m","status":"in_progress","output":[]}}'
 

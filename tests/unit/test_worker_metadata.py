@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from reasonwire.workers.normalize import create_app, metadata_max_age_ms
-from reasonwire.workers.settings import WorkerSettings
+from reasonwire.workers.services.normalizer import create_app, metadata_max_age_ms
+from reasonwire.workers.ops.settings import WorkerSettings
 
 
 @pytest.mark.parametrize(("timeout_s", "expected_ms"), [(300.0, 30_000), (8.0, 1_000), (0.5, 1_000), (80.0, 10_000)])

@@ -1,6 +1,6 @@
 """How the worker waits and what it says while Redis or the broker is failing (sans-I/O).
 
-Two small pure objects, fed by the adapter (``workers/normalize.py``) and tested alone:
+Two small pure objects, fed by the adapter (``workers/services/normalizer.py``) and tested alone:
 
 * :class:`Backoff` — capped exponential backoff with *equal jitter*: the n-th
   consecutive failure waits ``d/2 + U(0, d/2)`` with ``d = min(cap, initial * 2**n)``.

@@ -9,7 +9,7 @@ commit the offsets — and the order of that chain is what makes the delivery pr
 ordering decisions is made here, by :class:`DeliveryMachine`, which does no I/O at all: it is fed
 what happened (a poll fetched, a journal read, a send acknowledged, a write refused, a commit
 done, partitions revoked or assigned, an expiry tick, a stall) and answers with :class:`Action`
-objects — what to do next. The adapter (``workers/normalize.py``) performs each action and reports its
+objects — what to do next. The adapter (``workers/services/normalizer.py``) performs each action and reports its
 outcome with :meth:`DeliveryMachine.done` or :meth:`DeliveryMachine.failed`; it decides nothing
 about delivery. The seeded fault simulation (tests/unit/test_delivery_sim.py) drives this same
 class, completing the actions it returns in any order with faults in between — so the code that

@@ -10,7 +10,7 @@ and has not noticed yet) sends harmless duplicates. The danger is a decision tha
 derived from the records — an expiry, a sequence gap judged against a journal that another
 worker was still writing, a run rebuilt from a store that lost or rolled back its data — made
 by a worker whose copy of the run is stale. Three mechanisms close it, each a pure object here
-that the adapter (``workers/normalize.py``) and the store's write script only perform:
+that the adapter (``workers/services/normalizer.py``) and the store's write script only perform:
 
 * :class:`SilenceClock` — silence is measured in *stream time*: time during which the worker
   had consumed its partition to the end the broker reported, confirmed by two fetch responses.

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The Kafka worker (``reasonwire.workers.normalize``) is a thin adapter around this object.
+The Kafka worker (``reasonwire.workers.services.normalizer``) is a thin adapter around this object.
 For each raw record it asks :meth:`Normalizer.route` what the record is — a
 dead letter (headers break the ``reasoning.raw.v1`` contract), or input for a
 run — and then :meth:`Normalizer.accept` for the run's translator output, as a

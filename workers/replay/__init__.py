@@ -10,7 +10,7 @@ Library use::
 
 The shared decisions (issuer matching, ordering, which copy wins, failing
 before the call) live in :mod:`reasonwire.workers.replay.core`; one module per grammar
-writes the provider-native shapes. :mod:`reasonwire.workers.replay.sources` reads
+writes the provider-native shapes. :mod:`reasonwire.workers.io.replay_sources` reads
 artefacts from Redis or from the file ``reasonwire translate --artefacts``
 writes. Documented in ``docs/replay.md``.
 """

@@ -946,7 +946,7 @@ def metadata_hint(metadata: Mapping[str, Any] | None, key: str) -> Any:
     reasonwire puts non-opaque provider identity (OpenAI item ids, message phase,
     Gemini minted-id flags) under ``metadata.reasonwire`` of the start events; a
     client that copies start-event metadata onto its messages (as
-    :class:`reasonwire.workers.consumer.AgUiConsumer` does) returns it. Hints never decide
+    :class:`reasonwire.workers.replay.consumer.AgUiConsumer` does) returns it. Hints never decide
     what opaque state goes where — only ids and labels that make items exact.
     """
     if not isinstance(metadata, Mapping):

@@ -1,0 +1,367 @@
+"""The worker's health: failure classification, the log throttle, ``/healthz`` + ``/readyz`` + ``/metrics``, metrics.
+
+Adapter code around the pure :mod:`reasonwire.workers.core.backoff` (issue 13, findings 4 and 5):
+
+* :func:`classify` names a failure by component and exception *type* — never its
+  text, which may quote a value (P8) — and says whether it is a known
+  infrastructure error (one line, no traceback) or a bug (one traceback).
+* :class:`LogThrottle` is a :class:`logging.Filter` for aiokafka's (and
+  FastStream's) own loggers: a stopped broker made them log 2,500–5,000
+  "Unable connect" lines per second. It passes the first line of each kind
+  (logger, level, message template) per window and adds to the next one how many
+  were suppressed in between.
+* :class:`HealthServer` serves ``GET /healthz`` (the process and its event loop
+  answer), ``GET /readyz`` (Redis answers ``PING``, the broker answers a
+  metadata request, the worker is not degraded, the consumer has started; or why
+  it waits, e.g. for missing topics) and ``GET /metrics`` (Prometheus, when
+  ``OTEL_METRICS_EXPORTER`` names ``prometheus``: :mod:`reasonwire.workers.ops.metrics`)
+  on ``RW_HEALTH_PORT`` (``0`` disables). It is a Starlette app served by uvicorn
+  (both are dependencies: the gateway runs on them) inside the worker's own event
+  loop, beside ``FastStream.run()``: uvicorn's ``Server`` on a socket bound here,
+  without its signal handling (FastStream's handles SIGTERM and drains; uvicorn's
+  would take the signals over while it runs). Its cost on the hot path is uvicorn's
+  tick, a 0.1 s sleep in the loop (ten wake-ups a second), and the requests
+  themselves: a probe every few seconds, a scrape every 15–60 s, whose collection
+  runs in a worker thread (a sync endpoint).
+* :func:`wait_for_topics` — a worker that finds its topics missing (``RW_CREATE_TOPICS``
+  unset, the topics Job or init step not done yet) reports not ready and waits for
+  them, with one log line, instead of exiting (a crash loop under a Deployment or
+  ``restart: unless-stopped``; issue 23 item 2).
+* :class:`HealthMetrics` — failed polls, retries and store losses (counters) and
+  consumer lag per partition (an observable gauge), through the guarded
+  telemetry (P8: attributes from the allowlist only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+import orjson
+from aiokafka.errors import KafkaError
+from redis.exceptions import RedisError
+
+from reasonwire.workers.core.backoff import Failure
+from reasonwire.workers.io.store import StoreLost
+
+log = logging.getLogger("reasonwire.health")
+T = TypeVar("T")
+
+# -- classification ----------------------------------------------------------------------
+
+
+def classify(exc: BaseException) -> Failure:
+    """Component and kind of a failure; ``known`` for errors the infrastructure is expected
+    to produce now and then (no traceback: it would say nothing an operator can act on)."""
+    kind = type(exc).__name__
+    if isinstance(exc, StoreLost):
+        return Failure("store", kind)
+    if isinstance(exc, RedisError):
+        return Failure("redis", kind)
+    if isinstance(exc, KafkaError):
+        return Failure("kafka", kind)
+    if isinstance(exc, (OSError, asyncio.TimeoutError, TimeoutError)):
+        return Failure("network", kind)
+    return Failure("worker", kind, known=False)
+
+
+# -- the log throttle ----------------------------------------------------------------------
+
+THROTTLED_LOGGERS = ("aiokafka", "kafka", "faststream")
+"""Logger name prefixes whose connection errors repeat per attempt (not ours: ours go through
+:class:`~reasonwire.workers.core.backoff.Degradation`)."""
+
+
+class LogThrottle(logging.Filter):
+    """Pass the first record of each kind per ``window_s``; the next one after the window says
+    how many were suppressed. A *kind* is (logger, level, message template): aiokafka logs
+    ``"Unable connect to %r: %r"`` with the node in the arguments, so one kind per failure mode."""
+
+    def __init__(
+        self, prefixes: Iterable[str] = THROTTLED_LOGGERS, *, window_s: float = 30.0, max_kinds: int = 512,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.prefixes = tuple(prefixes)
+        self.window_s = window_s
+        self.max_kinds = max_kinds
+        self.clock = clock
+        self._kinds: dict[tuple[str, int, str], list[float | int]] = {}
+        """kind → [window start, suppressed in this window]."""
+        self.suppressed = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(self.prefixes) or record.levelno < logging.WARNING:
+            return True
+        kind = (record.name, record.levelno, str(record.msg))
+        now = self.clock()
+        seen = self._kinds.get(kind)
+        if seen is not None and now - seen[0] < self.window_s:
+            seen[1] += 1
+            self.suppressed += 1
+            return False
+        if seen is not None and seen[1]:
+            record.msg = f"{record.msg} [{int(seen[1])} similar lines suppressed in the last {now - seen[0]:.0f}s]"
+        if len(self._kinds) >= self.max_kinds and kind not in self._kinds:
+            self._kinds.clear()  # a flood of distinct templates: start over rather than grow
+        self._kinds[kind] = [now, 0]
+        record.exc_info = record.exc_info if seen is None else None  # a traceback once per kind
+        record.exc_text = None if seen is not None else record.exc_text
+        return True
+
+
+class RepeatGate:
+    """Says whether a line of one *kind* may be logged now: the first of each kind per
+    ``window_s``, then the next one after the window with how many were held back.
+
+    For the worker's own per-record lines (a translator warning, a dead letter): a provider
+    that adds an event type, or a producer that keeps sending a bad record, would otherwise
+    log a line per record — the metrics count every one (``reasonwire.events.unknown``,
+    ``reasonwire.dlq.records``). Asked before the line is built, so a held-back line costs a
+    dictionary lookup, not a log record."""
+
+    def __init__(self, *, window_s: float = 60.0, max_kinds: int = 1024, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_s = window_s
+        self.max_kinds = max_kinds
+        self.clock = clock
+        self._kinds: dict[Any, list[float | int]] = {}
+        """kind → [window start, held back in this window]."""
+        self.held_back = 0
+
+    def admit(self, kind: Any) -> int | None:
+        """``None``: hold this line back; else log it, noting the returned count of lines of this
+        kind held back since the last one logged."""
+        now = self.clock()
+        seen = self._kinds.get(kind)
+        if seen is not None and now - seen[0] < self.window_s:
+            seen[1] += 1
+            self.held_back += 1
+            return None
+        if len(self._kinds) >= self.max_kinds and seen is None:
+            self._kinds.clear()  # a flood of distinct kinds: start over rather than grow
+        self._kinds[kind] = [now, 0]
+        return int(seen[1]) if seen is not None else 0
+
+
+def held_back_note(count: int) -> str:
+    """The suffix of a line logged after others of its kind were held back (since the last line
+    of the kind logged, which may be long before the last window)."""
+    return f" [{count} more like this not logged since the last one]" if count else ""
+
+
+def install_log_throttle(window_s: float = 30.0) -> LogThrottle:
+    """Attach one throttle to every handler of the root logger (records of child loggers
+    propagate there; a filter on the ``aiokafka`` logger itself would miss its children's)."""
+    throttle = LogThrottle(window_s=window_s)
+    root = logging.getLogger()
+    for handler in root.handlers:
+        if not any(isinstance(f, LogThrottle) for f in handler.filters):
+            handler.addFilter(throttle)
+    return throttle
+
+
+# -- the HTTP probes -------------------------------------------------------------------------
+
+Probe = Callable[[], Awaitable[dict[str, Any]]]
+Scrape = Callable[[], "bytes | None"]
+
+NO_METRICS = "no metrics here: set OTEL_METRICS_EXPORTER=prometheus (or otlp,prometheus) to serve them"
+
+
+class HealthServer:
+    """``/healthz``, ``/readyz`` and ``/metrics`` on Starlette + uvicorn, in the caller's event
+    loop (see the module docstring for how and what it costs).
+
+    ``readiness`` answers ``/readyz`` (a body with ``ready``); while :attr:`waiting` is set, the
+    worker is waiting for something before it can start (missing topics), and ``/readyz`` says
+    so without asking the probe. ``metrics`` returns the Prometheus text, or None (404)."""
+
+    def __init__(
+        self, readiness: Probe, *, host: str = "0.0.0.0", port: int = 8080, metrics: Scrape | None = None,  # noqa: S104 (a probe port)
+    ) -> None:
+        self.readiness = readiness
+        self.host = host
+        self.port = port
+        self.metrics = metrics
+        self.waiting: dict[str, Any] | None = None
+        """Why the worker is not started yet (``{"topics_missing": [...]}``), else None."""
+        self._server: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    def app(self) -> Any:
+        """The ASGI app (Starlette): the three routes, JSON 404 elsewhere."""
+        from starlette.applications import Starlette
+        from starlette.routing import Route
+
+        async def not_found(request: Any, exc: Exception) -> Any:
+            return _json(404, {"error": "not found: try /healthz, /readyz or /metrics"})
+
+        routes = [
+            Route("/healthz", self._healthz, methods=["GET"]),
+            Route("/readyz", self._readyz, methods=["GET"]),
+            Route("/metrics", self._metrics, methods=["GET"]),
+        ]
+        return Starlette(routes=routes, exception_handlers={404: not_found})
+
+    async def _healthz(self, request: Any) -> Any:
+        return _json(200, {"status": "alive"})  # answering at all proves the loop runs
+
+    async def _readyz(self, request: Any) -> Any:
+        if self.waiting is not None:
+            return _json(503, {"ready": False, **self.waiting})
+        try:
+            body = await asyncio.wait_for(self.readiness(), 5.0)
+        except Exception as exc:  # a probe that cannot even be answered is "not ready", not a crash
+            return _json(503, {"ready": False, "error": type(exc).__name__})
+        return _json(200 if body.get("ready") else 503, body)
+
+    def _metrics(self, request: Any) -> Any:
+        """Sync on purpose: Starlette runs it in a worker thread, so a collection does not hold
+        the event loop (the SDK's readers are thread-safe; the lag gauge observes a snapshot)."""
+        from starlette.responses import Response
+
+        from reasonwire.workers.ops.metrics import CONTENT_TYPE
+
+        text = self.metrics() if self.metrics is not None else None
+        if text is None:
+            return _json(404, {"error": NO_METRICS})
+        return Response(text, media_type=CONTENT_TYPE)
+
+    async def start(self) -> None:
+        import socket
+
+        import uvicorn
+
+        try:
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            sock = socket.create_server((self.host, self.port), family=family)
+        except OSError as exc:  # the port is taken: the probes fail visibly; the worker still works
+            log.warning("health probes not served: port %d: %s (set RW_HEALTH_PORT)", self.port, type(exc).__name__)
+            return
+        self.port = sock.getsockname()[1]  # port 0 in tests: the one chosen
+        config = uvicorn.Config(
+            self.app(), lifespan="off", access_log=False, log_config=None, log_level="warning", timeout_graceful_shutdown=2,
+        )
+        self._server = _in_loop_server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="reasonwire-health")
+        while not self._server.started and not self._task.done():
+            await asyncio.sleep(0.005)
+        log.info("health probes on http://%s:%d/healthz and /readyz (metrics: /metrics)", self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(self._task, 5.0)
+        self._server = self._task = None
+
+
+def _in_loop_server(config: Any) -> Any:
+    """uvicorn's ``Server`` without its signal handlers: while it serves, uvicorn would replace
+    FastStream's SIGTERM / SIGINT handlers with its own (and re-raise the signal only once the
+    health server stopped). Built here so uvicorn is imported only where a port is served."""
+    import uvicorn
+
+    class InLoopServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:  # FastStream's handlers stay in charge
+            yield
+
+    return InLoopServer(config)
+
+
+def _json(status: int, body: dict[str, Any]) -> Any:
+    from starlette.responses import Response
+
+    try:
+        payload = orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError as exc:
+        status, payload = 503, orjson.dumps({"ready": False, "error": type(exc).__name__})
+    return Response(payload, status_code=status, media_type="application/json")
+
+
+async def wait_for_topics(ensure: Callable[[], Awaitable[T]], health: HealthServer | None = None, *, interval_s: float = 5.0) -> T:
+    """``ensure()`` (create or check the topics), again every ``interval_s`` while it finds
+    topics missing: one warning line when the wait starts, ``/readyz`` 503 naming them meanwhile,
+    one line when they are there. ``RW_CREATE_TOPICS=true`` creates them on the first call."""
+    from reasonwire.workers.io.topics_admin import TopicsMissing
+
+    result: list[T] = []
+
+    async def missing() -> tuple[str, dict[str, Any]] | None:
+        try:
+            result.append(await ensure())
+        except TopicsMissing as exc:
+            return f"{exc}; waiting for them", {"topics_missing": exc.names}
+        return None
+
+    await wait_until_allowed(missing, health, interval_s=interval_s, resumed="the topics are there: starting")
+    return result[-1]
+
+
+async def wait_until_allowed(
+    obstacle: Callable[[], Awaitable[tuple[str, dict[str, Any]] | None]],
+    health: HealthServer | None = None,
+    *,
+    interval_s: float = 5.0,
+    resumed: str = "starting",
+) -> None:
+    """Start-up waits, not exits, while ``obstacle()`` names something in the way (missing
+    topics, an evicting Redis): an exiting worker crash-loops under a Deployment or
+    ``restart: unless-stopped``, while a waiting one stays not ready — ``/readyz`` 503 with the
+    obstacle's body — and starts by itself once the operator fixes it. ``obstacle()`` answers
+    ``(one log line, /readyz body)`` or ``None``; it is asked again every ``interval_s``. One
+    warning line when the wait starts, one when it ends (issue 23 item 2, issue 24 item 5)."""
+    waited = False
+    while (found := await obstacle()) is not None:
+        line, body = found
+        if health is not None:
+            health.waiting = body
+        if not waited:
+            log.warning("not ready: %s (checked every %gs)", line, interval_s)
+            waited = True
+        await asyncio.sleep(interval_s)
+    if health is not None:
+        health.waiting = None
+    if waited:
+        log.info("%s", resumed)
+
+
+# -- metrics -----------------------------------------------------------------------------------
+
+
+class HealthMetrics:
+    """Counters of failed polls, retries and store losses; consumer lag per partition."""
+
+    def __init__(self, telemetry: Any) -> None:
+        from reasonwire.workers.ops.telemetry import vocabulary as v  # telemetry stays optional for pure users
+
+        self._v = v
+        counter = telemetry.counter
+        self.failed_polls = counter("reasonwire.polls.failed", unit="{poll}", description="Polls that failed (Redis, broker, store), by component")
+        self.retries = counter("reasonwire.polls.retries", unit="{retry}", description="Backoff waits before a retry, by component")
+        self.store_lost = counter("reasonwire.store.lost", unit="{event}", description="Times the store was found to have lost data (epoch)")
+        self.lag: dict[int, int] = {}
+        """Partition → records between the committed offset and the partition's high watermark."""
+        meter = telemetry.meter_provider.get_meter("reasonwire")
+        meter.create_observable_gauge(
+            "reasonwire.consumer.lag", callbacks=[self._observe_lag], unit="{record}",
+            description="Raw records not yet committed by this worker, per assigned partition",
+        )
+
+    def failed(self, failure: Failure) -> None:
+        self.failed_polls.add(1, {self._v.RW_COMPONENT: failure.component, self._v.ERROR_TYPE: failure.kind})
+
+    def retried(self, failure: Failure) -> None:
+        self.retries.add(1, {self._v.RW_COMPONENT: failure.component})
+
+    def _observe_lag(self, options: Any) -> Iterable[Any]:
+        from opentelemetry.metrics import Observation
+
+        for partition, lag in list(self.lag.items()):  # a snapshot: the exporter runs in its own thread
+            yield Observation(max(0, lag), {self._v.MESSAGING_DESTINATION_PARTITION_ID: str(partition)})
