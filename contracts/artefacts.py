@@ -42,6 +42,11 @@ class Issuer(BaseModel):
     """The model reported by the stream (or the request); signatures are model-bound."""
     scope: str | None = None
     """Account / key / region / endpoint the provider binds the value to, as configured."""
+    provider: str | None = None
+    """Which provider and model family issued the value, where one grammar is spoken by many
+    (``deepseek``, ``glm``, ``qwen``, ``openrouter:<format>``, ``mistral``, ``ollama:<model>``,
+    ``xai``): a value goes back only to the same provider. ``None`` is the grammar's own
+    provider (OpenAI for ``openai-responses``, Anthropic for ``anthropic-messages``, …)."""
 
 
 class NativeBlock(BaseModel):

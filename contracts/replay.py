@@ -39,6 +39,10 @@ class ReplayTarget(BaseModel):
     absent means "the model that produced the thread's latest artefacts" (said in a warning)."""
     scope: str | None = None
     """Account / key / region / endpoint as configured, compared with the issuer's scope as is."""
+    provider: str | None = None
+    """The provider and model family the next request goes to, where the grammar is spoken by
+    many (see :attr:`reasonwire.contracts.artefacts.Issuer.provider`); compared with the
+    issuer's as is."""
 
 
 class ReplayRequest(BaseModel):
