@@ -1,4 +1,4 @@
-"""End to end through the real broker and Redis (issue 8, parts 3 and 5).
+"""End to end through the real broker and Redis (``make bench`` sections 3 and 5).
 
 Theory of operation
 -------------------
