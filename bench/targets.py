@@ -183,7 +183,7 @@ def backlog_size(drain_rate: float, produce_rate: float, *, window_s: float = 3.
     The committed-offset slope is taken from 10 % to 90 % of the backlog, sampled every 50 ms:
     ``window_s`` of it needs ``drain_rate × window_s / 0.8`` records. The consumer is frozen
     while the backlog is produced (``bench.e2e.frozen``), and must be thawed before its group
-    session times out (aiokafka's 10 s): producing may take at most ``max_produce_s``, which
+    ``session.timeout.ms`` runs out (aiokafka's 10 s): producing may take at most ``max_produce_s``, which
     wins over the window on a host where the harness produces slower than the consumer drains
     (the window is then shorter, never empty). ``least`` / ``most`` bound it either way: a fixed
     40 000 either outran a fast host's producer or spent minutes on a slow one."""
