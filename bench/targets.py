@@ -41,10 +41,10 @@ BASELINE_COMMIT = "1af85a6"
 BASELINE_KIND = f"worker@{BASELINE_COMMIT}"
 """The baseline worker: main 1af85a6 (before the delivery machine), drained in the same rounds."""
 THROUGHPUT_TO_BASELINE_MIN = 0.95
-""""Throughput not below today's": the worker's records/s ÷ main 1af85a6's worker's in the same
+"""Throughput not below the baseline's: the worker's records/s ÷ main 1af85a6's worker's in the same
 round, median of the quiet rounds, at least this. Not 1.0: the same tree against itself reads
 0.8–1.7× from round to round on the shared host, and a median of 5–7 such ratios lands either
-side of 1; 0.95 fails a worker measurably slower than today's, not a coin toss."""
+side of 1; 0.95 fails a worker measurably slower than the baseline, not a coin toss."""
 BASELINE_WORKER_TO_PASSTHROUGH = 0.602
 """Context only: main 1af85a6's worker ÷ bare passthrough, median of 5 rounds at load 1.0–1.7."""
 
@@ -216,7 +216,7 @@ def verdicts(
     "cpu": {kind: µs per raw record}}``. ``latency``: per share of the worker's maximum (0.25,
     0.5), one dict per round, ``{"load": …, "p50": {kind: ms}, "p99": {kind: ms}, "handoff":
     {kind: handoff_window(…)}}``. ``worker`` names the kind judged (``bench.ab`` may compare
-    ``worker@rev`` too); ``baseline`` today's worker, which throughput is judged against. ``every``: list targets this run did not measure, as NOT JUDGED
+    ``worker@rev`` too); ``baseline`` the worker throughput is judged against. ``every``: list targets this run did not measure, as NOT JUDGED
     (``make bench`` prints them all; ``bench.ab`` only what its kinds and mode measure)."""
     out: list[Verdict] = []
     who = "" if worker == "worker" else f" [{worker}]"
@@ -234,7 +234,7 @@ def verdicts(
         context = f"worker / bare passthrough {statistics.median(pt):.1%} (main {BASELINE_COMMIT} recorded {BASELINE_WORKER_TO_PASSTHROUGH:.1%} at load 1.0–1.7)" if pt else ""
         out.append(
             quiet_at_least(
-                f"throughput not below today's: worker / main {BASELINE_COMMIT}'s worker, records/s in the same round ≥ {THROUGHPUT_TO_BASELINE_MIN:g}×{who}",
+                f"throughput not below the baseline's: worker / main {BASELINE_COMMIT}'s worker, records/s in the same round ≥ {THROUGHPUT_TO_BASELINE_MIN:g}×{who}",
                 rounds,
                 THROUGHPUT_TO_BASELINE_MIN,
                 unit="×",
