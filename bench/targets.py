@@ -269,5 +269,3 @@ def verdicts(
     return out
 
 
-issue27 = verdicts
-"""The former name of :func:`verdicts`, which tests/unit/test_bench_targets.py still calls."""
