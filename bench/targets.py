@@ -267,5 +267,3 @@ def verdicts(
                 )
             )
     return out
-
-
