@@ -561,7 +561,7 @@ class OpenAIChatCompletionsTranslator(Translator):
         if prompt is None and completion is None:
             return
         total = prompt + completion if prompt is not None and completion is not None else None
-        raw = {k: obj[k] for k in ("prompt_eval_count", "eval_count") if k in obj}
+        raw: dict[str, Any] = {k: obj[k] for k in ("prompt_eval_count", "eval_count") if k in obj}
         self.tokens = TokenCounts(input_tokens=prompt, output_tokens=completion, total_tokens=total, provider_raw=raw)
 
     # -- unknowns ------------------------------------------------------------------------
