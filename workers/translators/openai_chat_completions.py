@@ -150,6 +150,7 @@ class OpenAIChatCompletionsTranslator(Translator):
         self._kept = False
         """The turn's replay state was emitted (complete) or held (for an abnormal end)."""
         self._openrouter = False
+        self._seen_chunk = False
         self._ollama = False
         self._warned: set[str] = set()
 
@@ -187,32 +188,45 @@ class OpenAIChatCompletionsTranslator(Translator):
     # -- chunks -------------------------------------------------------------------------
 
     def _on_chunk(self, obj: dict[str, Any]) -> None:
-        if self.line == 1 or not self._openrouter:
+        """The hot path (one call per chunk): plain lookups first, the checks that name a field
+        (R7) only off the common shape."""
+        if not self._seen_chunk:  # the first chunk says whether OpenRouter sent it
+            self._seen_chunk = True
             rid = obj.get("id")
-            self._openrouter = self._openrouter or (isinstance(rid, str) and rid.startswith("gen-")) or "provider" in obj
-        choices = optional(obj, "choices", list, where=CHUNK)
+            self._openrouter = (isinstance(rid, str) and rid.startswith("gen-")) or "provider" in obj
+        choices = obj.get("choices")
+        if type(choices) is not list:
+            choices = optional(obj, "choices", list, where=CHUNK)
         if choices:
             for choice in choices:
                 if type(choice) is not dict:
                     raise ProviderGrammarError(f"{CHUNK}: a choice is not an object")
-                if (optional_index(choice, "index", where=f"{CHUNK}.choices[]") or 0) != 0:
+                index = choice.get("index")
+                if index is not None and index != 0 and optional_index(choice, "index", where=f"{CHUNK}.choices[]") != 0:
                     self._warn_once("unsupported_choice", "choices other than index 0 (n > 1) are not translated; skipped")
                     continue
                 self._on_choice(choice)
-        usage = optional(obj, "usage", dict, where=CHUNK)
-        if usage:
-            self._take_usage(usage)
-            self.complete_deferred_finish()  # the usage trailer after finish_reason, or usage on it
+        usage = obj.get("usage")
+        if usage is not None:
+            if type(usage) is not dict:
+                raise ProviderGrammarError(f"{CHUNK}: field 'usage' is not an object")
+            if usage:
+                self._take_usage(usage)
+                self.complete_deferred_finish()  # the usage trailer after finish_reason, or usage on it
 
     def _on_choice(self, choice: dict[str, Any]) -> None:
-        delta = optional(choice, "delta", dict, where=f"{CHUNK}.choices[0]")
+        delta = choice.get("delta")
+        if delta is not None and type(delta) is not dict:
+            raise ProviderGrammarError(f"{CHUNK}.choices[0]: field 'delta' is not an object")
         if delta:
             if self._turn_done:
                 if any(v not in (None, "", []) for k, v in delta.items() if k != "role"):
                     raise ProviderGrammarError(f"{CHUNK}: delta after finish_reason")
             else:
                 self._on_delta(delta)
-        finish = optional(choice, "finish_reason", str, where=f"{CHUNK}.choices[0]")
+        finish = choice.get("finish_reason")
+        if finish is not None and type(finish) is not str:
+            raise ProviderGrammarError(f"{CHUNK}.choices[0]: field 'finish_reason' is not a string")
         if finish and not self._turn_done:
             self._end_turn(finish)
 
@@ -239,9 +253,12 @@ class OpenAIChatCompletionsTranslator(Translator):
             self._on_parts(content)
         elif content is not None:
             raise ProviderGrammarError(f"{where}: field 'content' is neither a string nor an array")
-        refusal = optional(delta, "refusal", str, where=where)
-        if refusal:
-            self._answer_delta(_REFUSAL, refusal)
+        refusal = delta.get("refusal")
+        if refusal is not None:
+            if type(refusal) is not str:
+                raise ProviderGrammarError(f"{where}: field 'refusal' is not a string")
+            if refusal:
+                self._answer_delta(_REFUSAL, refusal)
         calls = delta.get("tool_calls")
         if calls is not None:
             self._on_tool_calls(require(delta, "tool_calls", list, where=where), where)
