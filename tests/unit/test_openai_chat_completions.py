@@ -322,3 +322,27 @@ def test_translate_takes_the_issuer_provider_and_writes_the_record(tmp_path: Pat
     [record] = [json.loads(line) for line in artefacts.read_text().splitlines()]
     assert record["kind"] == "glm.reasoning_content" and record["issuer"]["provider"] == "glm"
     capsys.readouterr()
+
+
+def test_details_text_is_shown_when_the_delta_has_no_reasoning_text_and_merged_without_an_index() -> None:
+    """An empty ``reasoning`` string is no text: the item's own text is shown; fragments without
+    ``index`` or ``id`` extend the last item of their type instead of starting one each."""
+    lines = [
+        _chunk({"reasoning": "", "reasoning_details": [{"type": "reasoning.text", "text": "hi", "format": "f"}]}, model="m/x"),
+        _chunk({"reasoning_details": [{"type": "reasoning.text", "text": " there"}]}, model="m/x"),
+        _chunk({"content": "ok"}, model="m/x"),
+        _chunk(None, "stop", model="m/x"),
+    ]
+    out = translate_lines(GRAMMAR, lines)
+    assert "".join(e["delta"] for e in of_type(out, "REASONING_MESSAGE_CONTENT")) == "hi there"
+    [item] = out.artefacts
+    assert (item.kind, item.value, item.native.value_path, item.native.block) == ("openrouter.reasoning.text", "hi there", ["text"], {"type": "reasoning.text", "format": "f"})
+
+
+def test_an_abnormal_end_keeps_opaque_only_details_incomplete_without_announcing_them_P5() -> None:
+    lines = [_chunk({"reasoning_details": [{"type": "reasoning.encrypted", "data": "ZW5j", "index": 0, "format": "google-gemini-v1"}]}, model="g/x")]
+    out = translate_lines(GRAMMAR, [*lines, orjson.dumps({"error": "gone"})])
+    [item] = out.artefacts
+    assert not item.complete and item.value == "ZW5j"
+    assert of_type(out, "REASONING_ENCRYPTED_VALUE") == [] and of_type(out, "REASONING_START") == []
+    assert_valid_stream(out.events)

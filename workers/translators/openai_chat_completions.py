@@ -242,7 +242,7 @@ class OpenAIChatCompletionsTranslator(Translator):
             raise ProviderGrammarError(f"{where}: field {name!r} is not a string")
         details = delta.get("reasoning_details")
         if details is not None:
-            self._on_details(details, show=text is None)
+            self._on_details(details, show=not text)
         if text:
             self._reasoning_delta(text, name)
         content = delta.get("content")
@@ -430,10 +430,16 @@ class OpenAIChatCompletionsTranslator(Translator):
 
     def _detail(self, fragment: dict[str, Any], kind: str, where: str) -> _Detail:
         index = optional_index(fragment, "index", where=where)
-        if index is None:  # no index: the item with the same id, else the next position
+        if index is None:  # no index: the item with the same id, else the last one of its type, else a new one
             item_id = fragment.get("id")
+            last = self._details.get(len(self._details) - 1)
             known = [d for d in self._details.values() if item_id is not None and d.fields.get("id") == item_id]
-            index = known[0].index if known else len(self._details)
+            if known:
+                index = known[0].index
+            elif last is not None and last.kind == kind and item_id is None and last.fields.get("id") is None:
+                index = last.index
+            else:
+                index = len(self._details)
         item = self._details.get(index)
         if item is None:
             item = _Detail(kind, index, {})
@@ -491,7 +497,8 @@ class OpenAIChatCompletionsTranslator(Translator):
             self._keep_details(complete)
 
     def _keep_details(self, complete: bool) -> None:
-        carrier = self._carrier or self._open_carrier()
+        # an incomplete record is never announced: it needs no message opened at an abnormal end
+        carrier = self._carrier or (self._open_carrier() if complete else self.mint("reasoning", "opaque"))
         for index in sorted(self._details):
             item = self._details[index]
             block = dict(item.fields)
