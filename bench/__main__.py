@@ -82,13 +82,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run of every section (figures are noisy)")
     parser.add_argument("--skip", action="append", default=[], choices=["cpu", "litellm", "memory", "e2e", "profile", "gateway"])
+    parser.add_argument(
+        "--grammar", action="append", choices=[g.value for g in implemented()], help="only this grammar (repeatable; default: every one)"
+    )
     args = parser.parse_args()
     quick = args.quick
     RESULTS.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    grammars = [g.value for g in implemented()]
+    grammars = args.grammar or [g.value for g in implemented()]
     results: dict[str, Any] = {
-        "command": "make bench" + (" BENCH_ARGS=--quick" if quick else ""),
+        "command": "make bench" + (f" BENCH_ARGS='{' '.join(sys.argv[1:])}'" if len(sys.argv) > 1 else ""),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": machine(),
         "grammars": grammars,

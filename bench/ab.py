@@ -65,7 +65,7 @@ from bench import e2e, hostload, targets
 from reasonwire.workers.ops import handoff
 
 IO_FLOOR = "io-floor"  # bench.io_floor: the worker's I/O without its logic, fed a precomputed table
-GRAMMARS = ("anthropic-messages", "openai-responses", "gemini-generate-content", "gemini-interactions", "bedrock-converse")
+GRAMMARS = ("anthropic-messages", "openai-responses", "gemini-generate-content", "gemini-interactions", "bedrock-converse", "openai-chat-completions")
 
 
 @dataclass

@@ -95,6 +95,7 @@ MODELS = {
     "gemini-generate-content": "gemini-3-flash-preview",
     "gemini-interactions": "gemini-3-flash-preview",
     "bedrock-converse": "us.anthropic.claude-sonnet-4-5-v1:0",
+    "openai-chat-completions": "deepseek-v4-pro",
 }
 """What an ingress puts in ``rw-model`` (the request's model); a stream naming its own model wins."""
 
