@@ -30,13 +30,14 @@ from reasonwire.workers.ops.telemetry import exporters_from_env
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 IMAGE = "reasonwire:local"
 COMMANDS: dict[tuple[str, ...], tuple[type[Settings], bool]] = {
-    ("reasonwire", "topics", "apply"): (TopicsApplySettings, False),
-    ("reasonwire", "worker", "normalize"): (NormalizeSettings, True),
-    ("reasonwire", "worker", "replay"): (ReplayWorkerSettings, True),
-    ("reasonwire", "gateway"): (GatewaySettings, False),
+    ("topics", "apply"): (TopicsApplySettings, False),
+    ("worker", "normalize"): (NormalizeSettings, True),
+    ("worker", "replay"): (ReplayWorkerSettings, True),
+    ("gateway",): (GatewaySettings, False),
 }
-"""Each command compose runs → the settings class it reads, and whether it reads ``OTEL_*``
-(the workers set up telemetry from them; the gateway and ``topics`` do not)."""
+"""Each command compose runs (the arguments of the image's ``reasonwire`` entrypoint) → the
+settings class it reads, and whether it reads ``OTEL_*`` (the workers set up telemetry from
+them; the gateway and ``topics`` do not)."""
 OURS = re.compile(r"^(RW_|KAFKA_|REDIS_|OTEL_)")
 OTEL_NAMES = {v for module in (otel_api_env, otel_sdk_env) for k, v in vars(module).items() if k.startswith("OTEL_") and isinstance(v, str)}
 """OpenTelemetry's own variables (the API's and the SDK's declared names)."""
