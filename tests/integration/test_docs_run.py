@@ -35,11 +35,13 @@ def reader_path(path: Path) -> str:
 
 
 def reader_folder(where: Path) -> Path:
-    """A folder that looks like the repository root to a reader's relative paths."""
+    """A folder that looks like the repository root to a reader's relative paths; its ``.venv`` is
+    the virtualenv running the tests (``make test``'s own, or whichever runs them)."""
     where.mkdir()
     for entry in ROOT.iterdir():
-        if entry.name != ".git":
+        if entry.name not in (".git", ".venv"):
             (where / entry.name).symlink_to(entry)
+    (where / ".venv").symlink_to(Path(sys.prefix))
     return where
 
 

@@ -188,6 +188,33 @@ def test_the_key_book_secret_is_documented_in_values_and_operations() -> None:
     assert "gateway.keys.existingSecret" in ops and "gateway.keys.keyBook" in ops
 
 
+K8S = "1.33"
+"""The Kubernetes version the rendered objects are validated against (kubernetes-validate's schemas)."""
+CUSTOM = {"ServiceMonitor", "PrometheusRule", "ScaledObject"}
+"""Custom resources: their operators' CRDs, which no Kubernetes schema bundle has; the tests above read them."""
+
+
+def test_every_rendered_object_is_valid_against_the_kubernetes_schema(helm: str) -> None:
+    """Strict: an unknown or misplaced field fails, as `kubectl apply --validate=strict` would."""
+    import kubernetes_validate
+
+    everything = (*MONITORING, "gateway.enabled=true", "gateway.ingress.enabled=true", "networkPolicy.enabled=true", "networkPolicy.egress[0].ports[0].port=9092", "gateway.keys.keyBook=book", "image.digest=sha256:" + "ef" * 32)
+    for sets in ((), everything, ("serviceAccount.create=false", "topologySpread.enabled=false", "kafka.tlsSecretName=certs")):
+        docs = _render(helm, *sets)
+        for doc in docs:
+            if doc["kind"] not in CUSTOM:
+                kubernetes_validate.validate(doc, K8S, strict=True)
+        assert {d["kind"] for d in docs} >= {"Deployment", "Job", "ConfigMap", "PodDisruptionBudget"}
+    broken = _by_kind(_render(helm), "Deployment")["rw-reasonwire-normalizer"]
+    broken["spec"]["template"]["spec"]["startupProbe"] = _container(broken)["startupProbe"]  # on the pod, not the container
+    try:
+        kubernetes_validate.validate(broken, K8S, strict=True)
+    except kubernetes_validate.ValidationError:
+        pass
+    else:
+        raise AssertionError("strict validation let an unknown field through")
+
+
 def test_helm_lint_strict_passes_with_every_platform_option_on(helm: str) -> None:
     sets = [*MONITORING, "gateway.enabled=true", "gateway.ingress.enabled=true", "networkPolicy.enabled=true", "image.digest=sha256:" + "cd" * 32, "gateway.keys.keyBook={}"]
     args = [a for s in sets for a in ("--set", s)]
