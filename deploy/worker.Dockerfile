@@ -34,11 +34,14 @@ COPY reasonwire ./reasonwire
 COPY contracts ./contracts
 COPY workers ./workers
 COPY tools/build_native.py ./tools/build_native.py
+# Installed in place (editable: its metadata, the `reasonwire` script, a finder for /app), with
+# the build venv's setuptools as the build backend and nothing fetched (--no-index --no-deps):
+# the runtime venv holds only the lock's packages. The last line fails the build unless the
+# compiled core loads.
 RUN /opt/build/bin/python tools/build_native.py \
     && rm -rf tools build/native-stage \
-    && echo /app > "$(/opt/reasonwire/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/reasonwire.pth" \
-    && printf '#!/opt/reasonwire/bin/python\nimport sys\nfrom reasonwire.workers.launch import main\nsys.exit(main())\n' > /opt/reasonwire/bin/reasonwire \
-    && chmod 0755 /opt/reasonwire/bin/reasonwire \
+    && PYTHONPATH="$(/opt/build/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+       /opt/reasonwire/bin/pip install --no-deps --no-index --no-build-isolation -e /app \
     && RW_NATIVE=require /opt/reasonwire/bin/reasonwire --version
 
 FROM ${PYTHON_IMAGE}

@@ -171,7 +171,7 @@ def test_telemetry_doc_states_the_exporters_compose_sets(worker_env: dict[str, s
     assert f"`OTEL_TRACES_EXPORTER={worker_env['OTEL_TRACES_EXPORTER']}`" in text
 
 
-def test_item2_compose_creates_the_topics_in_an_init_step_the_workers_wait_for() -> None:
+def test_compose_creates_the_topics_in_an_init_step_that_runs_once_the_broker_is_healthy() -> None:
     """A one-shot `reasonwire topics apply` with the workers' image and partitions; they start only
     once it completed successfully (no crash loop on a first `up`)."""
     services = load("compose.yaml")["services"]

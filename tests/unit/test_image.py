@@ -65,14 +65,18 @@ def test_every_stage_starts_from_a_base_pinned_by_digest() -> None:
 
 
 def test_every_package_comes_from_the_lock_with_its_hashes() -> None:
-    """No ``pip install .`` on open ranges: each pip install reads a lock and requires hashes."""
+    """No ``pip install .`` on open ranges: each pip install reads a lock and requires hashes, or
+    installs the tree itself with nothing fetched (``--no-index --no-deps``)."""
     installs = [a for stage in stages() for op, a in stage if op == "RUN" for a in a.split("&&") if re.search(r"\bpip install\b", a)]
-    assert installs
+    locked = [shlex.split(c) for c in installs if "-r" in shlex.split(c)]
+    assert len(locked) == 2
+    for words in locked:
+        assert "--require-hashes" in words, words
+        assert words[words.index("-r") + 1].startswith("/locks/requirements"), words
+        assert "--no-deps" in words, words  # the lock is the whole set: nothing resolved at build time
     for command in installs:
         words = shlex.split(command)
-        assert "--require-hashes" in words and "-r" in words, command
-        assert words[words.index("-r") + 1].startswith("/locks/requirements"), command
-        assert "--no-deps" in words, command  # the lock is the whole set: nothing resolved at build time
+        assert "-r" in words or {"--no-index", "--no-deps"} <= set(words), command
     copied = " ".join(a for stage in stages() for op, a in stage if op == "COPY")
     assert "deploy/requirements.lock" in copied and "deploy/requirements-build.lock" in copied
 
