@@ -1,4 +1,4 @@
-"""End to end through the real broker and Redis (issue 8, parts 3 and 5).
+"""End to end through the real broker and Redis (``make bench`` sections 3 and 5).
 
 Theory of operation
 -------------------
@@ -452,7 +452,7 @@ def frozen(consumers: Sequence[Consumer]) -> Iterator[None]:
     slope to measure ("the backlog drained before it was fully produced"). Frozen, the
     consumer finds the whole backlog waiting, whatever the host's speed, and a stopped
     process spends no CPU, so CPU per record is unchanged. Its group membership survives as
-    long as producing takes less than the session timeout (aiokafka's default is 10 s;
+    long as producing takes less than the group's ``session.timeout.ms`` (aiokafka's default is 10 s;
     ``produce_s`` in each round's result says how long it took)."""
     pids = [c.proc.pid for c in consumers]
     for pid in pids:
