@@ -15,10 +15,13 @@ repository's tests, benchmarks, chaos and fuzz harnesses are not part of the pac
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -206,7 +209,19 @@ def test_only_workers_and_contracts_are_importable_under_reasonwire() -> None:
     )
     importable = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout.split()
     assert sorted(importable) == ["contracts", "workers"]
-    assert sorted(p.name for p in (ROOT / "reasonwire").iterdir() if p.name not in ("__init__.py", "py.typed", "__pycache__")) == [
-        "contracts",
-        "workers",
-    ]
+    linked = {p.name: p.resolve() for p in (ROOT / "reasonwire").iterdir() if p.name not in ("__init__.py", "py.typed", "__pycache__")}
+    assert linked == {"contracts": ROOT / "contracts", "workers": ROOT / "workers"}
+
+
+def test_a_type_checker_resolves_reasonwire_workers_to_the_checkouts_files_and_knows_no_reasonwire_tests(tmp_path: Path) -> None:
+    """mypy (run from the checkout, with pyproject.toml's settings) finds ``reasonwire.workers.x``
+    as the file ``workers/x.py`` through the links, with its real signature, and finds no
+    ``reasonwire.tests``."""
+    pytest.importorskip("mypy", reason="mypy comes with the `native` extra (make install)")
+    probe = tmp_path / "probe.py"
+    probe.write_text("from reasonwire.workers.ops.interrupts import hold_interrupts\nimport reasonwire.tests\n\nreveal_type(hold_interrupts)\n")
+    command = [sys.executable, "-m", "mypy", "--no-incremental", "--cache-dir", os.devnull, "--follow-imports=silent", "--no-error-summary", str(probe)]
+    out = subprocess.run(command, capture_output=True, text=True, check=False, cwd=ROOT, timeout=300).stdout
+    assert f'{probe}:4: note: Revealed type is "def ()"' in out, out
+    assert f'{probe}:2: error: Cannot find implementation or library stub for module named "reasonwire.tests"' in out, out
+    assert out.count("error:") == 1, out

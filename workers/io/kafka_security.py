@@ -33,6 +33,7 @@ from typing import Any
 # beside the clients they configure.
 from reasonwire.workers.ops.settings import KafkaSecurity as KafkaSecurity, KafkaSecurityError as KafkaSecurityError
 
+
 def ssl_context(security: KafkaSecurity) -> ssl.SSLContext:
     """A verifying TLS context: the given CA (else the system's), the client certificate if any."""
     try:
