@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -193,6 +194,14 @@ def test_every_folder_of_the_package_has_a_layer() -> None:
     folders = {name for name, path in _modules().items() if path.name == "__init__.py"}
     unplaced = sorted(f for f in folders if f not in LAYERS and not any(f.startswith(layer + ".") for layer in LAYERS[:-2]))
     assert not unplaced, f"folders without a layer in LAYERS: {unplaced}"
+
+
+def test_the_order_explained_in_workers_init_is_the_order_checked() -> None:
+    """The reasons live in ``workers/__init__.py``'s numbered list; it names the same folders in
+    the same order as :data:`LAYERS`, so the explanation cannot drift from the check."""
+    docstring = ast.get_docstring(ast.parse((ROOT / "workers" / "__init__.py").read_text())) or ""
+    explained = re.findall(r"^\d+\. ``(\w+)/``", docstring, re.M)
+    assert explained == [layer.rpartition(".")[2] for layer in LAYERS[:-2]]
 
 
 def test_only_workers_and_contracts_are_importable_under_reasonwire() -> None:
