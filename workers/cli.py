@@ -20,13 +20,13 @@ traceback (:mod:`reasonwire.workers.ops.errors`). Exit statuses, every command:
   without ``RW_CREATE_TOPICS``, a gateway port already taken): input with no events,
   a stream of another grammar;
 * 3 — a service (the Kafka broker, Redis) is unreachable;
-* 130 — interrupted (Ctrl-C), quietly even during the start-up (:mod:`reasonwire.workers.launch`).
+* 130 — interrupted (Ctrl-C), quietly even during the start-up (:mod:`reasonwire.workers.ops.interrupts`).
 """
 
 from __future__ import annotations
 
 if __name__ == "__main__":  # `python -m reasonwire.workers.cli`: quiet Ctrl-C during the imports below
-    from reasonwire.workers.launch import hold_interrupts
+    from reasonwire.workers.ops.interrupts import hold_interrupts
 
     hold_interrupts()
 
@@ -48,7 +48,7 @@ from reasonwire.workers.commands import ingest as ingress_cli
 from reasonwire.workers.core.translator import Translation, Translator
 from reasonwire.workers.core.wire import event_json, record_json
 from reasonwire.workers.commands import gateway as gateway_command
-from reasonwire.workers.launch import release_interrupts
+from reasonwire.workers.ops.interrupts import release_interrupts
 from reasonwire.workers.services.ingress.recognition import GrammarGate, NotThisGrammar
 from reasonwire.workers.ops.errors import UserError
 from reasonwire.workers.commands import replay as replay_command

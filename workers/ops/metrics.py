@@ -28,16 +28,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """Prometheus' text exposition format (what ``prometheus_client.generate_latest`` writes)."""
 
 
-def prometheus_reader() -> tuple[Any, Any]:
-    """A pull reader on a registry of its own (never the process-global one: each
-    :class:`~reasonwire.workers.ops.telemetry.Telemetry` — and each test — scrapes only its own)."""
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from prometheus_client import CollectorRegistry
-
-    registry = CollectorRegistry(auto_describe=False)
-    return PrometheusMetricReader(registry=registry), registry
-
-
 class GatewayMetrics:
     """The gateway's ``/metrics``: observable instruments read from the gateway at scrape time
     (nothing is added on the request path).
@@ -51,11 +41,11 @@ class GatewayMetrics:
         from opentelemetry.metrics import CallbackOptions, Observation
         from opentelemetry.sdk.metrics import MeterProvider
 
-        from reasonwire.workers.ops.telemetry import _resource
+        from reasonwire.workers.ops.telemetry import prometheus_reader, service_resource
 
         self.gateway = gateway
         reader, self.registry = prometheus_reader()
-        self.provider = MeterProvider(resource=_resource(service="reasonwire-gateway"), metric_readers=[reader])
+        self.provider = MeterProvider(resource=service_resource(service="reasonwire-gateway"), metric_readers=[reader])
         meter = self.provider.get_meter("reasonwire")
 
         def observe(value: Any) -> Any:

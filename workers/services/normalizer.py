@@ -46,7 +46,7 @@ from reasonwire.workers.core.delivery_machine import (
 from reasonwire.workers.core.fence import stalled, witnessed
 from reasonwire.workers.core.normalizer import DeadLetter, Normalizer, RawRecord, RunInput, Step
 from reasonwire.workers.ops.gc_pause import collection_paused
-from reasonwire.workers.ops.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle, wait_for_topics, wait_until_allowed
+from reasonwire.workers.ops.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle, wait_until_allowed
 from reasonwire.workers.io.kafka_security import broker_security, client_kwargs, servers
 from reasonwire.workers.io.outbox import Outbox
 from reasonwire.workers.io.redis_connect import connect, redis_wait
@@ -54,7 +54,7 @@ from reasonwire.workers.ops.settings import WorkerSettings
 from reasonwire.workers.io.store import ArtefactStore, RunsMoved, StoreLost
 from reasonwire.workers.ops.telemetry import Telemetry, setup_telemetry
 from reasonwire.workers.ops.telemetry.normalizer import NormalizerTelemetry
-from reasonwire.workers.io.topics_admin import replication_factor
+from reasonwire.workers.io.topics_admin import replication_factor, wait_for_topics
 from reasonwire.workers.translators import translator_for
 
 log = logging.getLogger("reasonwire.normalize")
