@@ -59,10 +59,10 @@ def too_deep(text: bytes | str, parsed: Any) -> bool:
 
     Once per provider event: :func:`may_nest_deeper`'s pre-check is written out here (one call
     per event instead of two; issue 27 item 3)."""
-    if isinstance(text, bytes):
-        brackets = text.count(b"{") + text.count(b"[")
-    else:
+    if isinstance(text, str):
         brackets = text.count("{") + text.count("[")
+    else:  # bytes, or a bytearray a caller read into
+        brackets = text.count(b"{") + text.count(b"[")
     return brackets > MAX_NESTING and nesting_exceeds(parsed)
 
 

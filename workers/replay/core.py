@@ -107,7 +107,7 @@ class ReplayError(Exception):
         self.entity_id = entity_id
 
 
-class InvalidHistory(ReplayError):
+class InvalidHistory(ReplayError, ValueError):
     """The history is not AG-UI 1.0 messages, or holds something replay cannot map."""
 
     code = "invalid_history"
@@ -171,7 +171,7 @@ def read_history(history: Any) -> tuple[list[Message], str | None]:
         return _messages(history["messages"]), thread_id if isinstance(thread_id, str) else None
     if isinstance(history, Sequence) and not isinstance(history, str | bytes):
         return _messages(history), None
-    raise InvalidHistory("history must be a RunAgentInput or a messages array")
+    raise InvalidHistory(f"history must be a RunAgentInput or a messages array, not {type(history).__name__}")
 
 
 def _messages(raw: Any) -> list[Message]:
