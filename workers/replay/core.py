@@ -32,7 +32,9 @@ This module does everything that is the same for every grammar, once:
    and tool-result turns; a tool call whose arguments are not a JSON object
    (an interrupted call) is left out with its result; a call the history never
    answers (its run failed or was cut after it) is left out with the reasoning
-   that led only to it (:func:`leave_out_unanswered`); partial reasoning of an
+   that led only to it, a failed run a retry superseded is left out whole, and a
+   history ending with a failed run's turn ends at the input that turn answered —
+   decided per run (:func:`leave_out_unanswered`); partial reasoning of an
    interrupted run is left out; reasoning units an audience filter hid from the
    client are put back where they streamed (:func:`restore_unseen`);
 4. **fail before the call** (:class:`ProviderWouldReject`) when what is left
