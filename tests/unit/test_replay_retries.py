@@ -168,3 +168,36 @@ def test_a_failed_runs_reasoning_goes_with_its_unanswered_call_when_the_retry_ca
     assert [w.entity_id for w in result.warnings if w.code == "unanswered_tool_call"] == call_ids(failed)
     failed_units = [e["messageId"] for e in failed.events if e["type"] in ("REASONING_MESSAGE_START", "TEXT_MESSAGE_START")]
     assert [w.entity_id for w in result.warnings if w.code == "superseded_run"] == failed_units
+
+
+# -- what stays -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("grammar", ALL, ids=lambda g: g.value)
+def test_a_cut_answer_the_user_spoke_after_stays_in_the_history(grammar: Grammar) -> None:
+    """Nothing superseded it: the user saw "…is Can" and said "go on". The turn is history the user
+    answered, so it goes back (a new user message follows it: no prefill)."""
+    cut = cut_answer(grammar, provider_error=True)
+    go_on = {"id": "user-2", "role": "user", "content": "Go on."}
+    history = held([{"add": USER}, run("run-cut", cut), {"add": go_on}], "agui_client")
+    cut_text = next(m["content"] for m in history if m["id"] in cut_text_ids(cut))
+
+    result = replay(history, cut.artefacts, target(grammar))
+
+    assert json.dumps(cut_text) in json.dumps(result.fragment)
+    assert "interrupted_text" not in [w.code for w in result.warnings]
+
+
+@pytest.mark.parametrize("grammar", ALL, ids=lambda g: g.value)
+def test_two_finished_runs_in_one_turn_both_go_back(grammar: Grammar) -> None:
+    """Two agents answering in turn (no user message between them) are not a failure and its retry:
+    a run is left out only when the history says it failed — nothing is guessed."""
+    one, two = answer(grammar, "one"), answer(grammar, "two")
+    history = held([{"add": USER}, run("run-one", one), run("run-two", two)], "AgUiConsumer")
+    history.append({"id": "user-2", "role": "user", "content": "Thanks."})
+
+    result = replay(history, one.artefacts + two.artefacts, target(grammar))
+
+    texts = [m["content"] for m in history if m["role"] == "assistant"]
+    assert len(texts) == 2 and all(json.dumps(t) in json.dumps(result.fragment) for t in texts)
+    assert not {"interrupted_text", "superseded_run", "retried_turn"} & {w.code for w in result.warnings}
