@@ -54,7 +54,7 @@ def may_nest_deeper(text: bytes | str, limit: int = MAX_NESTING) -> bool:
     return text.count("{") + text.count("[") > limit
 
 
-def too_deep(text: bytes | str, parsed: Any) -> bool:
+def too_deep(text: bytes | str | bytearray, parsed: Any) -> bool:
     """Whether one parsed provider event (``parsed`` from ``text``) is over ``MAX_NESTING``.
 
     Once per provider event: :func:`may_nest_deeper`'s pre-check is written out here (one call

@@ -70,7 +70,7 @@ from mypy_extensions import mypyc_attr
 from reasonwire.contracts.artefacts import ArtefactRecord, Issuer
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.usage import NO_TOKENS, UsageRecord
-from reasonwire.workers.core.arguments import expect, type_name
+from reasonwire.workers.core.arguments import type_name
 from reasonwire.workers.core.artefacts import ArtefactLedger, HeldArtefact
 from reasonwire.workers.core.discipline import DisciplineViolation, RunPhase, StreamDiscipline
 from reasonwire.workers.core.errors import ProviderGrammarError
@@ -248,14 +248,16 @@ class Translator:
     def ended(self) -> bool:
         return self._run is not None and self._run.phase is RunPhase.ENDED
 
-    def feed(self, raw: bytes | str, *, sse_event: str | None = None, at_ms: float | None = None) -> Translation:
+    def feed(self, raw: Any, *, sse_event: str | None = None, at_ms: float | None = None) -> Translation:
         """Translate one provider event (the SSE ``data:`` payload, unchanged).
 
         ``raw`` is the event as received: ``bytes`` (or ``str``, ``bytearray``). Anything else — a
         dict the caller parsed, None — raises ``TypeError`` and leaves the run as it was: the
         translator's input is the provider's own bytes, which it compares for duplicate deliveries
         and dead-letters unchanged, so it never takes a parsed object to re-encode. The check costs
-        nothing on the way of bytes or str: it runs only once orjson has refused the input.
+        nothing on the way of bytes or str: it runs only once orjson has refused the input (``raw``
+        is typed ``Any`` so that the compiled build, which checks annotated types on entry, gives
+        the same error, not its own).
 
         The hot path of the whole system (one call per provider event): it keeps to
         local lookups and one dispatch; everything unusual branches off it.
@@ -319,9 +321,13 @@ class Translator:
         except Exception as exc:  # noqa: BLE001 - the safety net, as in feed()
             return self._internal_error(exc)
 
-    def abort(self, reason: str = "the connection to the provider dropped", *, code: ErrorCode = ErrorCode.INTERRUPTED) -> Translation:
-        """The ingress lost the stream (or went silent): close the run as interrupted."""
-        expect(reason, str, name="abort() reason", accepts="a string saying why the stream ended")
+    def abort(
+        self, reason: object = "the connection to the provider dropped", *, code: ErrorCode | str = ErrorCode.INTERRUPTED
+    ) -> Translation:
+        """The ingress lost the stream (or went silent): close the run as interrupted. ``code`` is an
+        :class:`ErrorCode` or its value; anything else raises before the run is touched."""
+        if not isinstance(reason, str):
+            raise TypeError(f"abort() reason must be a string saying why the stream ended, not {type_name(reason)}")
         if not isinstance(code, ErrorCode):
             choices = ", ".join(c.value for c in ErrorCode)
             if not isinstance(code, str) or code not in {c.value for c in ErrorCode}:
@@ -457,7 +463,7 @@ class Translator:
 
     # -- internals -----------------------------------------------------------------
 
-    def _start(self, obj: dict[str, Any] | None, raw: bytes | str) -> None:
+    def _start(self, obj: dict[str, Any] | None, raw: bytes | str | bytearray) -> None:
         response_id, model = self.stream_identity(obj) if obj is not None else (None, None)
         self.response_id = response_id
         self.model = model or self.model  # what the stream says produced it wins over the request
@@ -602,7 +608,7 @@ class _NotProviderBytes(Exception):
         )
 
 
-def _fallback_run_id(raw: bytes | str) -> str:
+def _fallback_run_id(raw: bytes | str | bytearray) -> str:
     """A deterministic run id when neither the caller nor the stream names one."""
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw  # lone surrogates hash too
     return "run-" + hashlib.sha256(data).hexdigest()[:16]
