@@ -11,6 +11,9 @@ interrupted turns"), plus warnings naming what was left out.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -201,3 +204,71 @@ def test_two_finished_runs_in_one_turn_both_go_back(grammar: Grammar) -> None:
     texts = [m["content"] for m in history if m["role"] == "assistant"]
     assert len(texts) == 2 and all(json.dumps(t) in json.dumps(result.fragment) for t in texts)
     assert not {"interrupted_text", "superseded_run", "retried_turn"} & {w.code for w in result.warnings}
+
+
+# -- the same, for a public-audience client and from the command line -------------------------------------
+
+
+def public(out: Output) -> list[dict[str, Any]]:
+    """The run as the audience-filtered stream carries it (summaries only, no encrypted value)."""
+    from reasonwire.contracts.policy import Audience, RetentionPolicy
+    from reasonwire.workers.core.audience import AudienceFilter
+
+    audience = AudienceFilter(RetentionPolicy().rule(Audience.PUBLIC))
+    return [e for e in (audience.admit(e) for e in out.events) if e is not None]
+
+
+@pytest.mark.parametrize("grammar", ALL, ids=lambda g: g.value)
+def test_a_public_client_retrying_inside_a_tool_loop_gets_the_trusted_clients_clean_request(grammar: Grammar) -> None:
+    """The audience-filtered stream carries no value; the store still holds every run's. The failed run
+    is left out all the same, and its stored state is not put back as a unit the client never saw."""
+    first = translate(grammar, fixture_lines(grammar), "run-1")
+    failed = failed_after_call(grammar)
+    retry = translate(grammar, renamed(grammar, fixture_lines(grammar), "retry"), "run-3")
+    artefacts = first.artefacts + failed.artefacts + retry.artefacts
+
+    def steps(view: Any, *, with_failed: bool = True) -> list[dict[str, Any]]:
+        failed_run = [{"runId": "run-failed", "events": view(failed)}] if with_failed else []
+        return [
+            {"add": USER},
+            {"runId": "run-1", "events": view(first)},
+            *results(first),
+            *failed_run,
+            {"runId": "run-3", "events": view(retry)},
+            *results(retry),
+        ]
+
+    clean = replay(held(steps(lambda out: out.events, with_failed=False), "agui_client"), first.artefacts + retry.artefacts, target(grammar))
+    result = replay(held(steps(public), "agui_client"), artefacts, target(grammar))
+    assert result.fragment == clean.fragment
+    assert unanswered_calls(grammar, result.fragment) == []
+
+
+@pytest.mark.parametrize("grammar", ALL, ids=lambda g: g.value)
+def test_replay_command_after_a_cut_answer_sends_no_prefill(grammar: Grammar, tmp_path: Path) -> None:
+    """`reasonwire translate --artefacts` on the cut run, the reference client's history after it,
+    `reasonwire replay` with the same messages: exit 0, the request ends with the user's message, the
+    cut message's id on stderr (never its text)."""
+    lines = cut_after(grammar, fixture_lines(grammar, "a_reasoning_then_answer"), "TEXT_MESSAGE_CONTENT")
+    if grammar is Grammar.GEMINI_GENERATE_CONTENT:
+        last = json.loads(lines[-1])
+        for candidate in last.get("candidates", []):
+            candidate.pop("finishReason", None)
+        lines[-1] = json.dumps(last)
+    capture, artefacts = tmp_path / "capture.jsonl", tmp_path / "art.jsonl"
+    capture.write_text("\n".join([*lines, json.dumps(ERROR_LINE[grammar])]) + "\n", encoding="utf-8")
+    model = target(grammar).model or ""
+
+    def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "reasonwire.workers.cli", *args], input=stdin, capture_output=True, text=True, check=False)
+
+    done = cli("translate", "--provider", grammar.value, "--model", model, "--artefacts", str(artefacts), str(capture))
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    history = client_messages([{"add": USER}, {"runId": events[0]["runId"], "events": events}])
+    cut = next(m for m in history if m["role"] == "assistant")
+    done = cli("replay", "--provider", grammar.value, "--model", model, "--artefacts", str(artefacts), "-",
+               stdin=json.dumps({"threadId": "thread-1", "runId": "run-2", "messages": history}))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)[FRAGMENT_KEY[grammar]] == replay([USER], [], target(grammar)).fragment[FRAGMENT_KEY[grammar]]
+    assert cut["id"] in done.stderr and cut["content"] not in done.stderr
