@@ -78,8 +78,12 @@ def replay(
     records = artefact_records(artefacts)
     target = replay_target(target)
     check_options(tenant, honour_client_omissions)
+    builder = BUILDERS.get(Grammar(target.grammar))
+    if builder is None:
+        replayable = ", ".join(g.value for g in BUILDERS)
+        raise ValueError(f"target grammar {Grammar(target.grammar).value} has no replay yet (replayable: {replayable})")
     return replay_conversation(
-        BUILDERS[Grammar(target.grammar)],
+        builder,
         history,
         records,
         target,

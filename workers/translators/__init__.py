@@ -21,6 +21,7 @@ _REGISTRY: dict[Grammar, tuple[str, str]] = {
     Grammar.GEMINI_GENERATE_CONTENT: ("reasonwire.workers.translators.gemini_generate_content", "GeminiGenerateContentTranslator"),
     Grammar.GEMINI_INTERACTIONS: ("reasonwire.workers.translators.gemini_interactions", "GeminiInteractionsTranslator"),
     Grammar.BEDROCK_CONVERSE: ("reasonwire.workers.translators.bedrock_converse", "BedrockConverseTranslator"),
+    Grammar.OPENAI_CHAT_COMPLETIONS: ("reasonwire.workers.translators.openai_chat_completions", "OpenAIChatCompletionsTranslator"),
 }
 
 
@@ -42,7 +43,7 @@ def translator_class(grammar: Grammar | str) -> type[Translator]:
     return cls
 
 
-TRANSLATOR_OPTIONS = ("run_id", "thread_id", "model", "issuer_scope", "fallback_run_id")
+TRANSLATOR_OPTIONS = ("run_id", "thread_id", "model", "issuer_scope", "issuer_provider", "fallback_run_id")
 """The keyword arguments a translator takes, each a string or None."""
 
 
