@@ -61,7 +61,7 @@ def split_high(text: str) -> tuple[str, str]:
     return text, ""
 
 
-def loads_with_lone_surrogates(raw: bytes | str, error: Exception) -> Any:
+def loads_with_lone_surrogates(raw: bytes | str | bytearray, error: Exception) -> Any:
     """The event, when orjson refused it only for a lone surrogate in a text field; else None."""
     if "surrogate" not in str(error):
         return None

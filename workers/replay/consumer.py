@@ -57,6 +57,7 @@ from typing import Any
 
 from ag_ui.core import (
     ActivityMessage,
+    BaseEvent,
     AssistantMessage,
     DeveloperMessage,
     Event,
@@ -70,6 +71,8 @@ from ag_ui.core import (
     UserMessage,
 )
 from pydantic import TypeAdapter, ValidationError
+
+from reasonwire.workers.core.arguments import expect, type_name
 
 ENCRYPTED_VALUE_SUBTYPES = frozenset({"message", "tool-call"})
 """The subtypes the 1.0 schema names (``ReasoningEncryptedValueSubtype``)."""
@@ -105,10 +108,16 @@ class _Malformed(Exception):
 class AgUiConsumer:
     """Holds a conversation's messages, encrypted values included, from AG-UI events."""
 
-    def __init__(self, *, max_value_bytes: int | None = None, messages: Iterable[Message] | None = None) -> None:
+    def __init__(
+        self, *, max_value_bytes: int | None = None, messages: Iterable[Message | Mapping[str, Any]] | None = None
+    ) -> None:
+        if max_value_bytes is not None:
+            expect(max_value_bytes, int, name="max_value_bytes", accepts="a number of bytes (int) or None")
+            if max_value_bytes < 0:
+                raise ValueError(f"max_value_bytes must be 0 or more, not {max_value_bytes}")
         self.max_value_bytes = max_value_bytes
         """The store's limit for one encrypted value; a longer value cannot be kept (R4)."""
-        self.messages: list[Message] = list(messages or [])
+        self.messages: list[Message] = _message_models(messages, name="messages")
         self.counters: Counter[str] = Counter()
         self.failed: str | None = None
         self._own: list[str] = []
@@ -121,8 +130,16 @@ class AgUiConsumer:
 
     # -- feeding ---------------------------------------------------------------------
 
-    def feed(self, event: Mapping[str, Any]) -> Consumed:
-        """Apply one AG-UI event (wire dict)."""
+    def feed(self, event: Mapping[str, Any] | BaseEvent) -> Consumed:
+        """Apply one AG-UI event: a wire dict (camelCase, as on the topic) or an ``ag_ui.core`` event.
+
+        Anything else (a JSON line not yet parsed, None) raises ``TypeError`` and changes nothing:
+        R7's "malformed event ends the run" is about what a producer sent, not a caller's mistake."""
+        if isinstance(event, BaseEvent):
+            event = event.model_dump(mode="json", by_alias=True, exclude_none=True)
+        elif not isinstance(event, Mapping):
+            hint = " (parse the JSON line first: json.loads)" if isinstance(event, str | bytes) else ""
+            raise TypeError(f"feed() takes one AG-UI event as a dict or an ag_ui.core event, not {type_name(event)}{hint}")
         self._index += 1
         if self.failed is not None:
             self.counters["events_after_fatal"] += 1
@@ -137,6 +154,8 @@ class AgUiConsumer:
 
     def feed_all(self, events: Iterable[Mapping[str, Any]]) -> Consumed:
         """Apply events in order; the warnings of all, and the first fatal reason if any."""
+        if isinstance(events, Mapping | str | bytes) or not isinstance(events, Iterable):
+            raise TypeError(f"feed_all() takes an iterable of AG-UI events, not {type_name(events)} (one event: feed())")
         out = Consumed()
         for event in events:
             step = self.feed(event)
@@ -145,8 +164,11 @@ class AgUiConsumer:
         return out
 
     def add_message(self, message: Message | Mapping[str, Any]) -> None:
-        """A message of the consumer's own (e.g. the user's next input): kept across snapshots."""
-        model = _MESSAGES.validate_python([message])[0] if isinstance(message, Mapping) else message
+        """A message of the consumer's own (e.g. the user's next input): kept across snapshots.
+
+        An ``ag_ui.core`` message or its wire dict; anything else raises ``TypeError``, a dict that
+        is not an AG-UI 1.0 message ``ValueError`` naming the problem."""
+        model = _message_models([message], name="message")[0]
         self.messages.append(model)
         self._own.append(model.id)
 
@@ -421,6 +443,34 @@ class AgUiConsumer:
     def _take(self) -> list[ConsumerWarning]:
         out, self._warnings = self._warnings, []
         return out
+
+
+_MESSAGE_TYPES = (
+    ActivityMessage, AssistantMessage, DeveloperMessage, ReasoningMessage, SystemMessage, ToolMessage, UserMessage
+)
+
+
+def _message_models(messages: Any, *, name: str) -> list[Message]:
+    """AG-UI 1.0 message models from models or wire dicts; a clear error naming ``name`` otherwise."""
+    if messages is None:
+        return []
+    if name == "messages" and (isinstance(messages, Mapping | str | bytes) or not isinstance(messages, Iterable)):
+        raise TypeError(f"messages must be a list of AG-UI messages (models or wire dicts), not {type_name(messages)}")
+    models: list[Message] = []
+    for index, message in enumerate(messages):
+        where = name if name == "message" else f"{name}[{index}]"
+        if isinstance(message, _MESSAGE_TYPES):
+            models.append(message)
+        elif isinstance(message, Mapping):
+            try:
+                models.append(_MESSAGES.validate_python([message])[0])
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                field = ".".join(str(p) for p in error["loc"][2:]) or "message"
+                raise ValueError(f"{where} is not an AG-UI 1.0 message ({field}: {error['msg']})") from None
+        else:
+            raise TypeError(f"{where} must be an AG-UI message (an ag_ui.core message or its wire dict), not {type_name(message)}")
+    return models
 
 
 def _merged(held: Mapping[str, Any] | None, incoming: Mapping[str, Any]) -> dict[str, Any]:
