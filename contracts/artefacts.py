@@ -119,3 +119,13 @@ class ArtefactRecord(BaseModel):
         return f"ArtefactRecord({self.describe()!r}, entity_id={self.entity_id!r})"
 
     __str__ = __repr__
+
+
+def provider_of_model(grammar: Grammar, model: str | None) -> str | None:
+    """The :attr:`Issuer.provider` a model name alone tells, where a grammar is spoken by another
+    provider under its own model names: xAI serves Grok (``grok-…``) through the Responses API,
+    and its ``encrypted_content`` is bound to xAI (docs.x.ai troubleshooting-reasoning: another
+    provider's blob "could not be verified"). ``None``: the grammar's own provider, or unknown."""
+    if grammar is Grammar.OPENAI_RESPONSES and model is not None and model.strip().lower().startswith("grok-"):
+        return "xai"
+    return None

@@ -15,6 +15,7 @@ class Grammar(StrEnum):
     GEMINI_GENERATE_CONTENT = "gemini-generate-content"
     GEMINI_INTERACTIONS = "gemini-interactions"
     BEDROCK_CONVERSE = "bedrock-converse"
+    OPENAI_CHAT_COMPLETIONS = "openai-chat-completions"
 
     @property
     def provider_name(self) -> str:
@@ -28,4 +29,5 @@ _PROVIDER_NAMES = {
     Grammar.GEMINI_GENERATE_CONTENT: "gcp.gemini",
     Grammar.GEMINI_INTERACTIONS: "gcp.gemini",
     Grammar.BEDROCK_CONVERSE: "aws.bedrock",
+    Grammar.OPENAI_CHAT_COMPLETIONS: "openai",
 }

@@ -71,6 +71,10 @@ units still open then end with the ``incomplete`` marker. ``response.failed`` or
 value complete (no following item; replay leaves it out). A byte-identical repeat
 of the previous event (same ``sequence_number``) is a duplicate delivery, dropped
 with a warning.
+
+xAI serves Grok through this same grammar. A stream whose model is ``grok-…`` has the
+issuer provider ``xai`` (:func:`reasonwire.contracts.artefacts.provider_of_model`): its
+``encrypted_content`` goes back to xAI only, and OpenAI's never goes to xAI (R8).
 """
 
 from __future__ import annotations
@@ -81,7 +85,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from reasonwire.contracts.artefacts import ArtefactSubtype, NativeBlock
+from reasonwire.contracts.artefacts import ArtefactSubtype, NativeBlock, provider_of_model
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.usage import TokenCounts
 from reasonwire.workers.core.artefacts import HeldArtefact
@@ -253,6 +257,10 @@ class OpenAIResponsesTranslator(Translator):
         self._warned_types: set[str] = set()
         self._truncating = False
         """``response.incomplete`` is closing the run: what it closes was cut off, marked incomplete."""
+
+    def issuer_provider(self) -> str | None:
+        """xAI's Grok speaks this grammar; its ``encrypted_content`` goes back to xAI only (R8)."""
+        return provider_of_model(self.grammar, self.model)
 
     def stream_identity(self, obj: dict[str, Any]) -> tuple[str | None, str | None]:
         kind = obj.get("type")
