@@ -16,16 +16,21 @@ serialization to give the same bytes. :func:`as_model` gives the typed model to
 a caller that wants one.
 
 This module is the only place that knows the wire field names; the producer
-discipline (``reasonwire.workers.core.discipline``) is the only caller.
+discipline (``reasonwire.workers.core.discipline``) is the only caller, but for
+:func:`with_value_types`, which the normalizer and ``translate`` apply when
+``RW_AGUI_VERSION`` is 1.1 (the events stay 1.0 otherwise).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
 from ag_ui.core import BaseEvent, Event
 from pydantic import TypeAdapter, ValidationError
+
+from reasonwire.contracts.artefacts import ArtefactRecord, encrypted_value_type
 
 WireEvent = dict[str, Any]
 """One AG-UI event in its 1.0 wire shape (camelCase keys, no nulls)."""
@@ -130,6 +135,27 @@ def reasoning_message_end(message_id: str, metadata: dict[str, Any] | None) -> W
 
 def reasoning_encrypted_value(subtype: str, entity_id: str, value: str) -> WireEvent:
     return {"type": "REASONING_ENCRYPTED_VALUE", "subtype": subtype, "entityId": entity_id, "encryptedValue": value}
+
+
+def with_value_types(events: list[WireEvent], records: Iterable[ArtefactRecord]) -> list[WireEvent]:
+    """AG-UI 1.1: each ``REASONING_ENCRYPTED_VALUE`` with the ``encryptedValueType`` of the record
+    it announces (the ledger makes both at once, so they leave the translator together). A value
+    whose kind has no type goes without one; a type never goes without its value (PR #2888)."""
+    types = {
+        (r.subtype.value, r.entity_id, r.value): t
+        for r in records
+        if (t := encrypted_value_type(r.kind, r.issuer.provider)) is not None
+    }
+    if not types:
+        return events
+    out = []
+    for event in events:
+        if event["type"] == "REASONING_ENCRYPTED_VALUE":
+            kind = types.get((event["subtype"], event["entityId"], event["encryptedValue"]))
+            if kind is not None:
+                event = {**event, "encryptedValueType": kind}
+        out.append(event)
+    return out
 
 
 def text_message_start(message_id: str, metadata: dict[str, Any] | None) -> WireEvent:
