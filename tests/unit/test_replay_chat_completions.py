@@ -10,6 +10,7 @@ on the reasoning message, the assistant message minus the value as the native bl
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -350,3 +351,40 @@ def test_openai_encrypted_content_never_goes_to_xai_R8() -> None:
         result = replay(history, records, xai)
         assert values_in(result.fragment, records) == []
         assert "foreign_issuer" in [w.code for w in result.warnings]
+
+
+# -- the command line and the replay worker ---------------------------------------------------------
+
+
+def test_the_replay_command_takes_the_target_provider(tmp_path: Path) -> None:
+    from reasonwire.workers.core.wire import record_json
+    from tests.unit.test_replay_from_events import _main
+
+    history, artefacts = tmp_path / "history.json", tmp_path / "art.jsonl"
+    history.write_text(json.dumps({"threadId": THREAD, "runId": "next", "messages": tool_loop()}))
+    artefacts.write_bytes(b"".join(record_json(r) + b"\n" for r in deepseek_records()))
+    base = ["replay", "--provider", "openai-chat-completions", "--model", "deepseek-v4-pro", "--artefacts", str(artefacts)]
+    status, out, err = _main([*base, "--issuer-provider", "deepseek", str(history)])
+    assert status == 0, err
+    assert deepseek_rule_broken(json.loads(out)["messages"], REASONING) == []
+    status, out, err = _main([*base, "--issuer-provider", "qwen", str(history)])
+    assert status == 0 and "reasoning_content" not in out
+    assert "left out (R8)" in err and not any(text in err for text in REASONING)  # P8
+    status, _, err = _main([*base, str(history)])  # no provider: OpenAI's own Chat Completions
+    assert status == 0, err
+
+
+def test_the_replay_worker_answers_for_the_requests_target_provider() -> None:
+    from reasonwire.contracts.replay import ReplayRequest
+    from reasonwire.workers.services.replay_worker import reply_for
+
+    request = ReplayRequest(
+        request_id="q1",
+        target=target("deepseek", "deepseek-v4-pro"),
+        history={"threadId": THREAD, "runId": "next", "messages": tool_loop()},
+    )
+    reply = reply_for(request, deepseek_records())
+    assert reply.ok and reply.fragment is not None
+    assert deepseek_rule_broken(reply.fragment["messages"], REASONING) == []
+    refused = reply_for(request.model_copy(update={"target": target("glm", "glm-4.6")}), deepseek_records())
+    assert not refused.ok and refused.error is not None and refused.error.code == "provider_would_reject"
