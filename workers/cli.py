@@ -110,16 +110,16 @@ def _parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("translate", help="translate one provider stream to AG-UI events (offline)", **settings_epilog())
     tr.add_argument("--provider", required=True, choices=[g.value for g in Grammar], help="the stream's grammar")
     tr.add_argument("--artefacts", metavar="PATH", help="write artefact records (JSONL) here")
-    tr.add_argument("--run-id", help="run id (default: the provider's response id)")
-    tr.add_argument("--thread-id", help="thread id (default: the run id)")
-    tr.add_argument("--model", help="model, when the stream does not name it")
-    tr.add_argument("--issuer-scope", help="account/key/region the provider binds artefacts to")
     tr.add_argument(
         "--agui-version",
         choices=AGUI_VERSIONS,
         default="1.0",
         help="AG-UI version of the events (default 1.0); 1.1 adds encryptedValueType to every encrypted value",
     )
+    tr.add_argument("--run-id", help="run id (default: the provider's response id)")
+    tr.add_argument("--thread-id", help="thread id (default: the run id)")
+    tr.add_argument("--model", help="model, when the stream does not name it")
+    tr.add_argument("--issuer-scope", help="account/key/region the provider binds artefacts to")
     tr.add_argument("input", nargs="?", default="-", help="capture file, or - for stdin (default)")
     tr.set_defaults(command=_translate)
     rp = sub.add_parser(

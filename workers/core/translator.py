@@ -224,11 +224,6 @@ class Translator:
         self.time_to_first_text_ms: float | None = None
         self._init_grammar_state()
 
-    def issuer_provider(self) -> str | None:
-        """Hook: the provider behind a grammar that others speak too (``Issuer.provider``), asked
-        once the stream has named its model; None is the grammar's own provider (R8)."""
-        return None
-
     def _init_grammar_state(self) -> None:
         """Hook: a grammar's own per-run state, set up at the end of ``__init__``. A subclass
         overrides this rather than ``__init__(**kwargs)``, which mypyc compiles wrongly (it passed
@@ -443,8 +438,7 @@ class Translator:
         self.model = model or self.model  # what the stream says produced it wins over the request
         run_id = self._run_id or response_id or self._fallback_run_id or _fallback_run_id(raw)
         self._run = StreamDiscipline(run_id=run_id, thread_id=self._thread_id or run_id)
-        issuer = _issuer(self.grammar, self.model, self.issuer_scope, self.issuer_provider())
-        self._ledger = ArtefactLedger(self._run, issuer)
+        self._ledger = ArtefactLedger(self._run, _issuer(self.grammar, self.model, self.issuer_scope))
         self._run.start_run(metadata={"grammar": self.grammar.value, "model": self.model})
 
     def _finish_now(
@@ -556,9 +550,9 @@ class Translator:
 
 
 @lru_cache(maxsize=1024)
-def _issuer(grammar: Grammar, model: str | None, scope: str | None, provider: str | None) -> Issuer:
-    """Issuers are immutable and few (grammar × model × scope × provider): built once each."""
-    return Issuer(grammar=grammar, model=model, scope=scope, provider=provider)
+def _issuer(grammar: Grammar, model: str | None, scope: str | None) -> Issuer:
+    """Issuers are immutable and few (grammar × model × scope): built once each."""
+    return Issuer(grammar=grammar, model=model, scope=scope)
 
 
 def _fallback_run_id(raw: bytes | str) -> str:

@@ -85,10 +85,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from reasonwire.contracts.artefacts import ArtefactSubtype, NativeBlock, provider_of_model
+from reasonwire.contracts.artefacts import ArtefactSubtype, Issuer, NativeBlock, provider_of_model
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.usage import TokenCounts
-from reasonwire.workers.core.artefacts import HeldArtefact
+from reasonwire.workers.core.artefacts import ArtefactLedger, HeldArtefact
 from reasonwire.workers.core.errors import ProviderGrammarError, optional, require, require_index, token_count
 from reasonwire.workers.core.translator import Translator
 
@@ -258,9 +258,12 @@ class OpenAIResponsesTranslator(Translator):
         self._truncating = False
         """``response.incomplete`` is closing the run: what it closes was cut off, marked incomplete."""
 
-    def issuer_provider(self) -> str | None:
-        """xAI's Grok speaks this grammar; its ``encrypted_content`` goes back to xAI only (R8)."""
-        return provider_of_model(self.grammar, self.model)
+    def _start(self, obj: dict[str, Any] | None, raw: bytes | str) -> None:
+        super()._start(obj, raw)
+        provider = provider_of_model(self.grammar, self.model)
+        if provider is not None:  # Grok: its encrypted_content goes back to xAI only (R8)
+            issuer = Issuer(grammar=self.grammar, model=self.model, scope=self.issuer_scope, provider=provider)
+            self._ledger = ArtefactLedger(self.run, issuer)  # nothing is held yet: the run just started
 
     def stream_identity(self, obj: dict[str, Any]) -> tuple[str | None, str | None]:
         kind = obj.get("type")
