@@ -64,10 +64,12 @@ def test_with_1_1_every_encrypted_value_carries_its_type_and_the_stream_is_valid
     events, records = stream(path, "1.1")
     errors = [f"{e['type']}: {err.message[:120]}" for e in events for err in validator().iter_errors(e)]
     assert errors == []
-    kinds = {(r.subtype.value, r.entity_id, r.value): encrypted_value_type(r.kind, r.issuer.provider) for r in records}
+    issued = {(r.subtype.value, r.entity_id, r.value): r for r in records}
     for event in encrypted(events):
-        assert event["encryptedValueType"] == kinds[(event["subtype"], event["entityId"], event["encryptedValue"])]
-        assert event["encryptedValueType"].split(".")[0] in {"anthropic", "openai", "gemini", "bedrock", "xai"}
+        record = issued[(event["subtype"], event["entityId"], event["encryptedValue"])]
+        assert event["encryptedValueType"] == encrypted_value_type(record.kind, record.issuer.provider)
+        provider = (record.issuer.provider or record.kind).split(":")[0].split(".")[0]
+        assert event["encryptedValueType"].startswith(f"{provider}.")  # prefixed with its issuer
     assert all("encryptedValue" in e for e in events if "encryptedValueType" in e)  # never a type without a value
 
 
