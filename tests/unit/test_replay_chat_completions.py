@@ -388,3 +388,20 @@ def test_the_replay_worker_answers_for_the_requests_target_provider() -> None:
     assert deepseek_rule_broken(reply.fragment["messages"], REASONING) == []
     refused = reply_for(request.model_copy(update={"target": target("glm", "glm-4.6")}), deepseek_records())
     assert not refused.ok and refused.error is not None and refused.error.code == "provider_would_reject"
+
+
+# -- request translation (P4) -------------------------------------------------------------------------
+
+
+def test_deepseek_reasoning_settings_and_the_replayed_history_in_one_request() -> None:
+    """P4: the portable effort becomes DeepSeek's thinking switch and reasoning_effort; an effort it
+    does not list is refused before the call, naming what it takes."""
+    from reasonwire.workers.replay.requests import UnsupportedReasoning, next_request
+
+    run_input = {"threadId": THREAD, "runId": "next", "messages": tool_loop(), "forwardedProps": {"reasoning": {"effort": "high"}}}
+    body, _ = next_request(run_input, target("deepseek", "deepseek-v4-pro"), deepseek_records())
+    assert body["model"] == "deepseek-v4-pro"
+    assert body["thinking"] == {"type": "enabled"} and body["reasoning_effort"] == "high"
+    assert deepseek_rule_broken(body["messages"], REASONING) == []
+    with pytest.raises(UnsupportedReasoning, match="supported: none, low, high, max"):
+        next_request({**run_input, "forwardedProps": {"reasoning": {"effort": "medium"}}}, target("deepseek", "deepseek-v4-pro"), [])
