@@ -41,18 +41,24 @@ def _call(n: int) -> dict[str, Any]:
     return {"id": f"call_{n}", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": CITIES[n]})}}
 
 
+def _held_call(n: int, response: str) -> dict[str, Any]:
+    """The call as a client holds it: ``TOOL_CALL_START``'s metadata (the call's index in its
+    response) kept on it, as ``@ag-ui/client`` and ``AgUiConsumer`` keep it."""
+    return {**_call(n), "metadata": {"reasonwire": {"blockIndex": 0, "responseId": response}}}
+
+
 def tool_loop(*, with_reasoning: bool = True, closed: bool = False) -> list[dict[str, Any]]:
     """The AG-UI history of a 3-turn DeepSeek tool loop (one call per turn), as the client holds it.
     ``with_reasoning=False``: a client of the audience-filtered stream, which never saw raw reasoning.
     ``closed``: the model answered after the third result and the user asked again."""
     messages: list[dict[str, Any]] = [{"id": "user-1", "role": "user", "content": "Weather in Paris, Rome and Oslo?"}]
-    for n in range(3):
+    for n in range(3):  # ids as the translator mints them: <response>:<role>:<unit>
         if with_reasoning:
             messages.append({"id": f"resp-{n}:reasoning:0", "role": "reasoning", "content": REASONING[n]})
-        messages.append({"id": f"resp-{n}:text:0", "role": "assistant", "toolCalls": [_call(n)]})
+        messages.append({"id": f"resp-{n}:text:1", "role": "assistant", "toolCalls": [_held_call(n, f"resp-{n}")]})
         messages.append({"id": f"tool-{n}", "role": "tool", "toolCallId": f"call_{n}", "content": f"{CITIES[n]}: fine"})
     if closed:
-        messages.append({"id": "resp-3:text:0", "role": "assistant", "content": "All three are fine."})
+        messages.append({"id": "resp-3:text:1", "role": "assistant", "content": "All three are fine."})
         messages.append({"id": "user-2", "role": "user", "content": "And tomorrow?"})
     return messages
 
@@ -68,7 +74,7 @@ def readable_record(n: int, *, provider: str = "deepseek", model: str = "deepsee
         native=NativeBlock(
             response_id=f"resp-{n}",
             position=0,
-            block={"role": "assistant", "content": "", "tool_calls": [_call(n)]},
+            block={"role": "assistant"},
             value_path=["reasoning_content"],
         ),
         run_id=f"run-{n}",
@@ -136,7 +142,7 @@ def test_deepseek_request_keeps_the_conversation_shape() -> None:
 
 def test_deepseek_reasoning_goes_back_for_a_client_that_never_saw_it_P5() -> None:
     """The public stream removes raw reasoning; the store still gives the issuer its state back,
-    placed on the assistant message whose tool calls it led to."""
+    on the assistant message of its response (the reasoning is that response's first unit)."""
     result = replay(tool_loop(with_reasoning=False), deepseek_records(), target("deepseek", "deepseek-v4-pro"))
     assert deepseek_rule_broken(result.fragment["messages"], REASONING) == []
 
@@ -255,7 +261,7 @@ def openrouter_history() -> list[dict[str, Any]]:
     return [
         {"id": "user-1", "role": "user", "content": "Weather in Paris?"},
         {"id": "gen-1:reasoning:0", "role": "reasoning", "content": "Let me think. Then call."},
-        {"id": "gen-1:text:0", "role": "assistant", "toolCalls": [_call(0)]},
+        {"id": "gen-1:text:1", "role": "assistant", "toolCalls": [_held_call(0, "gen-1")]},
         {"id": "tool-0", "role": "tool", "toolCallId": "call_0", "content": "Paris: fine"},
     ]
 
@@ -270,6 +276,12 @@ def test_openrouter_reasoning_details_go_back_whole_in_index_order() -> None:
     assert message["reasoning_details"] == openrouter_items()
     assert [d["index"] for d in message["reasoning_details"]] == [0, 1, 2]
     assert "reasoning_content" not in message
+
+
+def test_openrouter_details_go_back_for_a_client_that_never_saw_the_reasoning_P5() -> None:
+    public = [m for m in openrouter_history() if m["role"] != "reasoning"]
+    result = replay(public, openrouter_records(), target("openrouter:anthropic-claude-v1", "anthropic/claude-sonnet-4.5"))
+    assert assistant_messages(result.fragment)[0]["reasoning_details"] == openrouter_items()
 
 
 def test_openrouter_format_is_read_from_the_target_model_vendor() -> None:

@@ -704,7 +704,7 @@ def restore_unseen(conversation: Conversation) -> None:
         pending = left
     for entity, records in pending:
         turn = _anchor_turn(conversation, records[0])
-        if turn is not None or _follower(records[0]):
+        if turn is not None or records[0].native.extra.get("following_item"):
             conversation.unplaced.append((turn, _unseen_unit(entity, records)))
             conversation.log.warn(
                 "unseen_unit_not_placed",
@@ -720,23 +720,8 @@ def _unseen_unit(entity: Entity, records: list[ArtefactRecord]) -> Reasoning:
     return Reasoning(message=message, entity_id=entity[1], artefacts=records, excluded=[], client_value=False)
 
 
-def _follower(record: ArtefactRecord) -> Mapping[str, Any] | None:
-    """The item that followed the record's unit in its response, when the record names one:
-    OpenAI's ``extra.following_item``; a Chat Completions assistant message (the block the
-    reasoning rode in) is followed by its first tool call."""
-    follower = record.native.extra.get("following_item")
-    if isinstance(follower, Mapping):
-        return follower
-    if record.issuer.grammar is Grammar.OPENAI_CHAT_COMPLETIONS:
-        calls = record.native.block.get("tool_calls")
-        first = calls[0] if isinstance(calls, list) and calls else None
-        if isinstance(first, Mapping) and isinstance(first.get("id"), str):
-            return {"type": "function_call", "call_id": first["id"]}
-    return None
-
-
 def _place(conversation: Conversation, unit: Reasoning, record: ArtefactRecord) -> bool:
-    follower = _follower(record)
+    follower = record.native.extra.get("following_item")
     if isinstance(follower, Mapping):
         for candidate in conversation.turns:
             if isinstance(candidate, AssistantTurn):
@@ -788,9 +773,13 @@ def _position(unit: Reasoning | Text | Call, record: ArtefactRecord) -> int | No
     return None
 
 
-_INDEXED_IDS = frozenset({Grammar.ANTHROPIC_MESSAGES, Grammar.BEDROCK_CONVERSE, Grammar.GEMINI_INTERACTIONS})
+_INDEXED_IDS = frozenset(
+    {Grammar.ANTHROPIC_MESSAGES, Grammar.BEDROCK_CONVERSE, Grammar.GEMINI_INTERACTIONS, Grammar.OPENAI_CHAT_COMPLETIONS}
+)
 """Grammars whose translators mint text and reasoning ids as ``<response>:<role>:<block or step index>``
-(``Translator.mint(role, index)``); OpenAI mints by item id, Gemini generateContent by unit ordinal."""
+(``Translator.mint(role, index)``); OpenAI mints by item id, Gemini generateContent by unit ordinal.
+Chat Completions: the reasoning is unit 0 of its message, the text after it, each call hinted
+(``blockIndex``, ``responseId``), so a reasoning message the client never held goes first in its turn."""
 
 
 def _follows(unit: Reasoning | Text | Call, follower: Mapping[str, Any]) -> bool:
