@@ -20,7 +20,8 @@ from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.replay import ReplayTarget
 from reasonwire.workers.replay import ProviderWouldReject, replay
 from reasonwire.workers.io.sse import read_events
-from tests.conformance.oracle import LOCAL_FIXTURES, translate_lines
+from reasonwire.workers.translators import implemented
+from tests.conformance.oracle import LOCAL_FIXTURES, translate_file, translate_lines
 from tests.unit.test_replay_roundtrip import client_history
 
 CHAT = Grammar.OPENAI_CHAT_COMPLETIONS
@@ -417,3 +418,61 @@ def test_deepseek_reasoning_settings_and_the_replayed_history_in_one_request() -
     assert deepseek_rule_broken(body["messages"], REASONING) == []
     with pytest.raises(UnsupportedReasoning, match="supported: none, low, high, max"):
         next_request({**run_input, "forwardedProps": {"reasoning": {"effort": "medium"}}}, target("deepseek", "deepseek-v4-pro"), [])
+
+
+# -- the translator's own DeepSeek tool loop: the next request is the one DeepSeek documents ----------
+
+DEEPSEEK_LOOP = [LOCAL_FIXTURES / CHAT.value / f"c{n}_deepseek_tool_loop_turn{n}.jsonl" for n in (1, 2, 3)]
+needs_translator = pytest.mark.skipif(
+    CHAT not in implemented() or not all(p.exists() for p in DEEPSEEK_LOOP),
+    reason="the openai-chat-completions translator and its DeepSeek tool-loop fixtures are not in this tree",
+)
+
+
+def deepseek_loop_history(turns: int, *, audience: str) -> tuple[list[dict[str, Any]], list[ArtefactRecord]]:
+    """The client's history after ``turns`` runs of the fixtures' tool loop — the events of each run
+    applied (all of them, or only what the public audience gets), then each call's result as the next
+    fixture's request states it — and the records the worker stored."""
+    from reasonwire.contracts.policy import PolicyBook
+    from reasonwire.workers.core.audience import AudienceFilter
+    from reasonwire.workers.replay.consumer import AgUiConsumer
+
+    rule = PolicyBook().for_tenant("default").audiences.public
+    consumer, records = AgUiConsumer(), []
+    request = json.loads(DEEPSEEK_LOOP[turns].with_suffix(".expected.json").read_text())["request"]
+    consumer.add_message({"id": "user-1", "role": "user", "content": request["messages"][0]["content"]})
+    results = [m for m in request["messages"] if m["role"] == "tool"]
+    for n in range(turns):
+        out = translate_file(CHAT.value, DEEPSEEK_LOOP[n], model="deepseek-v4-pro")
+        events = out.events if audience == "trusted" else [e for e in map(AudienceFilter(rule).admit, out.events) if e]
+        assert consumer.feed_all(events).fatal is None
+        records += out.artefacts
+        result = results[n]
+        consumer.add_message({"id": f"tool-{n}", "role": "tool", "toolCallId": result["tool_call_id"], "content": result["content"]})
+    return consumer.wire_messages(), records
+
+
+@needs_translator
+@pytest.mark.parametrize("audience", ["trusted", "public"])
+@pytest.mark.parametrize("turns", [1, 2])
+def test_the_deepseek_next_turn_is_the_request_deepseek_documents_R8_P5(turns: int, audience: str) -> None:
+    """After each turn of a DeepSeek thinking-mode tool loop, the replayed ``messages`` are exactly the
+    next request the fixture states — every assistant message with its ``reasoning_content``, byte for
+    byte — whether the client saw the raw reasoning or only the public stream (P5)."""
+    history, records = deepseek_loop_history(turns, audience=audience)
+    assert {r.issuer.provider for r in records} == {"deepseek"}
+    expected = json.loads(DEEPSEEK_LOOP[turns].with_suffix(".expected.json").read_text())["request"]["messages"]
+    result = replay(history, records, target("deepseek", "deepseek-v4-pro"))
+    assert result.fragment["messages"] == expected
+    stored = [r.value for r in sorted(records, key=lambda r: r.run_id)]
+    assert deepseek_rule_broken(result.fragment["messages"], [m["reasoning_content"] for m in expected if m["role"] == "assistant"]) == []
+    assert sorted(m["reasoning_content"] for m in assistant_messages(result.fragment)) == sorted(stored)
+
+
+@needs_translator
+def test_the_translators_deepseek_loop_to_another_provider_carries_none_of_it_R8() -> None:
+    history, records = deepseek_loop_history(2, audience="trusted")
+    expected = json.loads(DEEPSEEK_LOOP[2].with_suffix(".expected.json").read_text())["request"]["messages"]
+    result = replay(history, records, target("vllm", "Qwen/Qwen3-32B"))
+    assert result.fragment["messages"] == [{k: v for k, v in m.items() if k != "reasoning_content"} for m in expected]
+    assert [w.code for w in result.warnings].count("foreign_issuer") == len(records)
