@@ -437,7 +437,7 @@ def deepseek_loop_history(turns: int, *, audience: str) -> tuple[list[dict[str, 
     from reasonwire.workers.core.audience import AudienceFilter
     from reasonwire.workers.replay.consumer import AgUiConsumer
 
-    rule = PolicyBook().for_tenant("default").audiences.public
+    rule = PolicyBook().for_tenant("default").public
     consumer, records = AgUiConsumer(), []
     request = json.loads(DEEPSEEK_LOOP[turns].with_suffix(".expected.json").read_text())["request"]
     consumer.add_message({"id": "user-1", "role": "user", "content": request["messages"][0]["content"]})
