@@ -141,20 +141,17 @@ def with_value_types(events: list[WireEvent], records: Iterable[ArtefactRecord])
     """AG-UI 1.1: each ``REASONING_ENCRYPTED_VALUE`` with the ``encryptedValueType`` of the record
     it announces (the ledger makes both at once, so they leave the translator together). A value
     whose kind has no type goes without one; a type never goes without its value (PR #2888)."""
-    types = {
-        (r.subtype.value, r.entity_id, r.value): t
-        for r in records
-        if (t := encrypted_value_type(r.kind, r.issuer.provider)) is not None
-    }
+    types: dict[tuple[str, str, str], str] = {}
+    for record in records:
+        kind = encrypted_value_type(record.kind, record.issuer.provider)
+        if kind is not None:
+            types[(record.subtype.value, record.entity_id, record.value)] = kind
     if not types:
         return events
-    out = []
+    out: list[WireEvent] = []
     for event in events:
-        if event["type"] == "REASONING_ENCRYPTED_VALUE":
-            kind = types.get((event["subtype"], event["entityId"], event["encryptedValue"]))
-            if kind is not None:
-                event = {**event, "encryptedValueType": kind}
-        out.append(event)
+        typed = types.get((event["subtype"], event["entityId"], event["encryptedValue"])) if event["type"] == "REASONING_ENCRYPTED_VALUE" else None
+        out.append({**event, "encryptedValueType": typed} if typed is not None else event)
     return out
 
 
