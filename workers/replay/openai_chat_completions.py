@@ -91,12 +91,11 @@ PROVIDER_RULES: dict[str | None, ProviderRule] = {
 """Provider (``Issuer.provider`` before any ``:``) → its replay rule. A provider not listed gets
 nothing back: reasonwire sends reasoning only where a documented rule asks for it (P7)."""
 
-NONE_FOR_MODEL: dict[str, frozenset[str]] = {
+NONE_FOR_MODEL: dict[tuple[str, str], str] = {
     # Legacy R1 answered 400 when reasoning_content was sent back: the rule flipped with V3.2.
-    "deepseek": frozenset({"deepseek-reasoner"}),
+    ("deepseek", "deepseek-reasoner"): "https://api-docs.deepseek.com/guides/reasoning_model",
 }
-"""Provider → models of it that must not get readable reasoning back
-(https://api-docs.deepseek.com/guides/reasoning_model)."""
+"""(provider, model) → the source saying that model must not get readable reasoning back."""
 
 OPENROUTER_FORMATS: dict[str, str] = {
     "anthropic": "anthropic-claude-v1",
@@ -117,11 +116,13 @@ def provider_key(provider: str | None) -> str | None:
 
 
 def rule_for(target: ReplayTarget) -> ProviderRule:
+    """The rule for the target's provider, and model where a model of it differs."""
     key = provider_key(target.provider)
-    rule = PROVIDER_RULES.get(key, ProviderRule(Policy.NONE, False, "not documented"))
-    if key is not None and target.model is not None and target.model.strip().lower() in NONE_FOR_MODEL.get(key, ()):
-        return ProviderRule(Policy.NONE, False, "https://api-docs.deepseek.com/guides/reasoning_model")
-    return rule
+    if key is not None and target.model is not None:
+        source = NONE_FOR_MODEL.get((key, target.model.strip().lower()))
+        if source is not None:
+            return ProviderRule(Policy.NONE, False, source)
+    return PROVIDER_RULES.get(key, ProviderRule(Policy.NONE, False, "no documented rule"))
 
 
 class ChatCompletionsReplay(ReplayBuilder):
