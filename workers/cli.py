@@ -120,6 +120,9 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--thread-id", help="thread id (default: the run id)")
     tr.add_argument("--model", help="model, when the stream does not name it")
     tr.add_argument("--issuer-scope", help="account/key/region the provider binds artefacts to")
+    tr.add_argument(
+        "--issuer-provider", help="who issued the stream where a grammar has many providers (openai-chat-completions: deepseek, glm, ollama:<model>, …)"
+    )
     tr.add_argument("input", nargs="?", default="-", help="capture file, or - for stdin (default)")
     tr.set_defaults(command=_translate)
     rp = sub.add_parser(
@@ -261,6 +264,7 @@ def _translate(args: argparse.Namespace) -> int:
             thread_id=args.thread_id,
             model=args.model,
             issuer_scope=args.issuer_scope,
+            issuer_provider=args.issuer_provider,
             # grammars whose stream names no response (Bedrock) still get a run id per capture
             fallback_run_id="run-" + digest,
         )

@@ -759,6 +759,7 @@ class Normalizer:
             thread_id=env.thread_id,
             model=env.model,
             issuer_scope=env.issuer_scope,
+            issuer_provider=env.issuer_provider,
         )
         policy = self.policies.for_tenant(env.tenant)
         base: KafkaHeaders = [

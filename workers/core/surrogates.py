@@ -17,8 +17,10 @@ import json
 import re
 from typing import Any
 
-TEXT_FIELDS = frozenset({"delta", "text", "thinking", "partial_json", "arguments", "refusal", "input"})
-"""The fields that carry streamed text in the five grammars (the only place a cut can fall)."""
+TEXT_FIELDS = frozenset(
+    {"delta", "text", "thinking", "partial_json", "arguments", "refusal", "input", "content", "reasoning_content", "reasoning", "summary"}
+)
+"""The fields that carry streamed text in the six grammars (the only place a cut can fall)."""
 
 REPLACEMENT = "\ufffd"
 

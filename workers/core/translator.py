@@ -176,7 +176,15 @@ class TranslatorFactory(Protocol):
     so the core naming them would be the one arrow that runs upward (issue 27)."""
 
     def __call__(
-        self, grammar: Grammar, /, *, run_id: str, thread_id: str, model: str | None, issuer_scope: str | None
+        self,
+        grammar: Grammar,
+        /,
+        *,
+        run_id: str,
+        thread_id: str,
+        model: str | None,
+        issuer_scope: str | None,
+        issuer_provider: str | None = None,
     ) -> RunTranslator: ...
 
 
@@ -199,12 +207,15 @@ class Translator:
         model: str | None = None,
         issuer_scope: str | None = None,
         fallback_run_id: str | None = None,
+        issuer_provider: str | None = None,
     ) -> None:
         self._run_id = run_id
         self._fallback_run_id = fallback_run_id
         self._thread_id = thread_id
         self.model = model
         self.issuer_scope = issuer_scope
+        self.issuer_provider = issuer_provider
+        """The provider the producer stated (``rw-issuer-provider``), for grammars many providers speak."""
         self.response_id: str | None = None
         self.event_name = ""
         """The event type the current event was dispatched on (its own field, or its SSE name)."""
@@ -368,6 +379,11 @@ class Translator:
         self.counters["empty_signatures"] += 1
         self._warn("empty_signature", f"empty {field} on {where}: {outcome}")
 
+    def usage_provider(self) -> str:
+        """Hook: the ``TokenUsage.provider`` label (default: the grammar's provider; a grammar many
+        providers speak names the run's own)."""
+        return self.grammar.provider_name
+
     def before_abnormal_end(self) -> None:
         """Hook: the run is about to end with units open (error, interruption, malformed input),
         before held values become incomplete records; a grammar puts its units in order here."""
@@ -413,10 +429,12 @@ class Translator:
         provider cut the output (a token limit), so units still open close marked incomplete."""
         self._finish_now(stop_reason=stop_reason, pending_tool_call_ids=pending_tool_call_ids, truncated=truncated)
 
-    def defer_finish(self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None = None) -> None:
+    def defer_finish(
+        self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None = None, truncated: bool = False
+    ) -> None:
         """The terminal event arrived but a trailer (usage) may follow: finish on it or at EOF."""
         self.stop_reason = stop_reason
-        self._deferred_end = {"stop_reason": stop_reason, "pending_tool_call_ids": pending_tool_call_ids}
+        self._deferred_end = {"stop_reason": stop_reason, "pending_tool_call_ids": pending_tool_call_ids, "truncated": truncated}
 
     def complete_deferred_finish(self) -> None:
         if self._deferred_end is not None:
@@ -438,7 +456,7 @@ class Translator:
         self.model = model or self.model  # what the stream says produced it wins over the request
         run_id = self._run_id or response_id or self._fallback_run_id or _fallback_run_id(raw)
         self._run = StreamDiscipline(run_id=run_id, thread_id=self._thread_id or run_id)
-        self._ledger = ArtefactLedger(self._run, _issuer(self.grammar, self.model, self.issuer_scope))
+        self._ledger = ArtefactLedger(self._run, _issuer(self.grammar, self.model, self.issuer_scope, self.issuer_provider))
         self._run.start_run(metadata={"grammar": self.grammar.value, "model": self.model})
 
     def _finish_now(
@@ -497,7 +515,7 @@ class Translator:
             self._warn("usage_out_of_range", f"usage {', '.join(over)} beyond AG-UI's range (0 … 2^53-1) left out")
             for name in over:
                 counts[name] = None
-        return token_usage(provider=self.grammar.provider_name, model=self.model, **counts)
+        return token_usage(provider=self.usage_provider(), model=self.model, **counts)
 
     def _internal_error(self, exc: Exception) -> Translation:
         """The safety net: end the run with ``RUN_ERROR`` ``internal_error`` and reject the event.
@@ -550,9 +568,9 @@ class Translator:
 
 
 @lru_cache(maxsize=1024)
-def _issuer(grammar: Grammar, model: str | None, scope: str | None) -> Issuer:
-    """Issuers are immutable and few (grammar × model × scope): built once each."""
-    return Issuer(grammar=grammar, model=model, scope=scope)
+def _issuer(grammar: Grammar, model: str | None, scope: str | None, provider: str | None = None) -> Issuer:
+    """Issuers are immutable and few (grammar × model × scope × provider): built once each."""
+    return Issuer(grammar=grammar, model=model, scope=scope, provider=provider)
 
 
 def _fallback_run_id(raw: bytes | str) -> str:

@@ -20,6 +20,7 @@ _REGISTRY: dict[Grammar, tuple[str, str]] = {
     Grammar.GEMINI_GENERATE_CONTENT: ("reasonwire.workers.translators.gemini_generate_content", "GeminiGenerateContentTranslator"),
     Grammar.GEMINI_INTERACTIONS: ("reasonwire.workers.translators.gemini_interactions", "GeminiInteractionsTranslator"),
     Grammar.BEDROCK_CONVERSE: ("reasonwire.workers.translators.bedrock_converse", "BedrockConverseTranslator"),
+    Grammar.OPENAI_CHAT_COMPLETIONS: ("reasonwire.workers.translators.openai_chat_completions", "OpenAIChatCompletionsTranslator"),
 }
 
 

@@ -561,12 +561,15 @@ async def ingest(request: Request) -> Response:
     if not gw.kafka_ok:
         return await _drained(request, _unavailable("the broker is unreachable: nothing was published"))
     model, scope = request.headers.get("rw-model"), request.headers.get("rw-issuer-scope")
-    limit = gw.event_limit(RunEnvelope(provider, run_id, thread_id, principal.tenant, model, scope))
+    issuer = request.headers.get("rw-issuer-provider") or None
+    if issuer is not None and (bad := _ids(issuer_provider=issuer)):
+        return await _drained(request, bad)
+    limit = gw.event_limit(RunEnvelope(provider, run_id, thread_id, principal.tenant, model, scope, issuer))
     run = None
     try:
         async with gw.publisher.run(
             provider=provider, run_id=run_id, thread_id=thread_id, tenant=principal.tenant, model=model, issuer_scope=scope,
-            check_grammar=True, max_event_bytes=limit,
+            issuer_provider=issuer, check_grammar=True, max_event_bytes=limit,
         ) as run:
             async for chunk in request.stream():
                 await run.feed(chunk)
@@ -650,7 +653,7 @@ def create_app(settings: GatewaySettings | None = None, keys: KeyBook | None = N
                 CORSMiddleware,
                 allow_origins=settings.origins,
                 allow_methods=["GET", "POST"],
-                allow_headers=["Authorization", "X-API-Key", "Content-Type", "Accept", "Last-Event-ID", "RW-Run-Id", "RW-Thread-Id", "RW-Model", "RW-Issuer-Scope"],
+                allow_headers=["Authorization", "X-API-Key", "Content-Type", "Accept", "Last-Event-ID", "RW-Run-Id", "RW-Thread-Id", "RW-Model", "RW-Issuer-Scope", "RW-Issuer-Provider"],
                 expose_headers=["Retry-After"],
                 max_age=600,
             )

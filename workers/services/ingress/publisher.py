@@ -200,6 +200,7 @@ class Publisher:
         tenant: str = "default",
         model: str | None = None,
         issuer_scope: str | None = None,
+        issuer_provider: str | None = None,
         check_grammar: bool = False,
         max_event_bytes: int | None = None,
     ) -> AsyncIterator[RunPublisher]:
@@ -209,13 +210,17 @@ class Publisher:
         a stream of another grammar or without events raises :class:`NotThisGrammar`, nothing
         published. ``max_event_bytes``: a larger event raises :class:`EventTooLarge` before it is
         sent. A run or thread id outside the id grammar (``reasonwire.contracts.ids``) raises
-        :class:`~reasonwire.contracts.ids.BadId` here, before anything."""
+        :class:`~reasonwire.contracts.ids.BadId` here, before anything, as does an ``issuer_provider``
+        (``deepseek``, ``ollama:qwen3``, …: who issued the run's reasoning state, for a grammar many
+        providers speak; ``contracts/issuers.py``) outside that grammar."""
         Grammar(provider)  # an unknown grammar fails here, in the caller, not as a dead letter later
         check_id("run id", run_id)
         check_id("thread id", thread_id or run_id)
+        if issuer_provider is not None:
+            check_id("issuer provider", issuer_provider)
         run = RunPublisher(
             self._producer,
-            RunEnvelope(provider, run_id, thread_id or run_id, tenant, model, issuer_scope),
+            RunEnvelope(provider, run_id, thread_id or run_id, tenant, model, issuer_scope, issuer_provider),
             check_grammar=check_grammar,
             max_event_bytes=max_event_bytes,
             deliver_timeout_s=self.deliver_timeout_s,
