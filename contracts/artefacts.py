@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.issuers import family
 
 SCHEMA: Literal["reasonwire.artefact.v1"] = "reasonwire.artefact.v1"
 
@@ -121,16 +122,6 @@ class ArtefactRecord(BaseModel):
     __str__ = __repr__
 
 
-def provider_of_model(grammar: Grammar, model: str | None) -> str | None:
-    """The :attr:`Issuer.provider` a model name alone tells, where a grammar is spoken by another
-    provider under its own model names: xAI serves Grok (``grok-…``) through the Responses API,
-    and its ``encrypted_content`` is bound to xAI (docs.x.ai troubleshooting-reasoning: another
-    provider's blob "could not be verified"). ``None``: the grammar's own provider, or unknown."""
-    if grammar is Grammar.OPENAI_RESPONSES and model is not None and model.strip().lower().startswith("grok-"):
-        return "xai"
-    return None
-
-
 AGUI_VERSIONS = ("1.0", "1.1")
 """AG-UI versions reasonwire emits (``RW_AGUI_VERSION``): 1.1 only adds ``encryptedValueType``."""
 
@@ -163,4 +154,4 @@ def encrypted_value_type(kind: str, provider: str | None = None) -> str | None:
         known = kind if tail == "reasoning_content" and head else None  # <provider>.reasoning_content
     if known is None or provider is None:
         return known
-    return provider.split(":", 1)[0] + known[known.index(".") :]
+    return f"{family(provider)}{known[known.index('.') :]}"

@@ -476,3 +476,12 @@ def test_the_translators_deepseek_loop_to_another_provider_carries_none_of_it_R8
     result = replay(history, records, target("vllm", "Qwen/Qwen3-32B"))
     assert result.fragment["messages"] == [{k: v for k, v in m.items() if k != "reasoning_content"} for m in expected]
     assert [w.code for w in result.warnings].count("foreign_issuer") == len(records)
+
+
+def test_replay_sends_back_what_the_translator_keeps_and_nothing_else() -> None:
+    """The translator keeps readable reasoning as replay state for exactly the providers whose rule
+    sends it back (contracts/issuers.py), so nothing is stored that no request would carry (P7)."""
+    from reasonwire.contracts.issuers import READABLE_REASONING_REQUIRED
+    from reasonwire.workers.replay.openai_chat_completions import PROVIDER_RULES, Policy
+
+    assert {p for p, rule in PROVIDER_RULES.items() if rule.policy is Policy.READABLE} == READABLE_REASONING_REQUIRED

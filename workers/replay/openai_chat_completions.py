@@ -45,6 +45,7 @@ from typing import Any
 
 from reasonwire.contracts.artefacts import ArtefactRecord
 from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.issuers import OPENROUTER, family, openrouter_provider
 from reasonwire.contracts.replay import ReplayTarget
 from reasonwire.workers.replay.core import (
     AssistantTurn,
@@ -110,14 +111,9 @@ READABLE_KIND = re.compile(r"^[a-z0-9_-]+\.reasoning_content$")
 """``<provider>.reasoning_content``: readable reasoning a provider requires back."""
 
 
-def provider_key(provider: str | None) -> str | None:
-    """The table's key: the provider before any ``:`` (``openrouter:…``, ``ollama:<model>``)."""
-    return provider.split(":", 1)[0] if provider is not None else None
-
-
 def rule_for(target: ReplayTarget) -> ProviderRule:
     """The rule for the target's provider, and model where a model of it differs."""
-    key = provider_key(target.provider)
+    key = family(target.provider)  # openrouter:<format> → openrouter, ollama:<model> → ollama
     if key is not None and target.model is not None:
         source = NONE_FOR_MODEL.get((key, target.model.strip().lower()))
         if source is not None:
@@ -178,10 +174,10 @@ class ChatCompletionsReplay(ReplayBuilder):
 
     def resolve_target(self, target: ReplayTarget) -> ReplayTarget:
         """``openrouter`` with a ``<vendor>/<model>`` target model names the format its items carry."""
-        if target.provider == "openrouter" and target.model is not None:
+        if target.provider == OPENROUTER and target.model is not None:
             vendor = target.model.split("/", 1)[0].strip().lower()
             if vendor in OPENROUTER_FORMATS:
-                return target.model_copy(update={"provider": f"openrouter:{OPENROUTER_FORMATS[vendor]}"})
+                return target.model_copy(update={"provider": openrouter_provider(OPENROUTER_FORMATS[vendor])})
         return target
 
     def model_bound(self, record: ArtefactRecord) -> bool:

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reasonwire.contracts.artefacts import provider_of_model
 from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.issuers import XAI, responses_provider
 from reasonwire.contracts.replay import ReplayTarget
 from reasonwire.workers.replay.core import (
     AssistantTurn,
@@ -74,13 +74,8 @@ class OpenAIResponsesReplay(ReplayBuilder):
         return items
 
     def resolve_target(self, target: ReplayTarget) -> ReplayTarget:
-        if target.provider is None and provider_of_model(self.grammar, target.model) is not None:
-            return target.model_copy(update={"provider": provider_of_model(self.grammar, target.model)})
-        return target
-
-
-XAI = "xai"
-"""``Issuer.provider`` of Grok on the Responses API."""
+        provider = responses_provider(target.model) if target.provider is None else None
+        return target.model_copy(update={"provider": provider}) if provider is not None else target
 
 
 class _AssistantItems:

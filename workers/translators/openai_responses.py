@@ -73,7 +73,8 @@ of the previous event (same ``sequence_number``) is a duplicate delivery, droppe
 with a warning.
 
 xAI serves Grok through this same grammar. A stream whose model is ``grok-…`` has the
-issuer provider ``xai`` (:func:`reasonwire.contracts.artefacts.provider_of_model`): its
+issuer provider ``xai`` (:func:`reasonwire.contracts.issuers.responses_provider`) unless the producer
+stated one (``rw-issuer-provider``): its
 ``encrypted_content`` goes back to xAI only, and OpenAI's never goes to xAI (R8).
 """
 
@@ -85,10 +86,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from reasonwire.contracts.artefacts import ArtefactSubtype, Issuer, NativeBlock, provider_of_model
+from reasonwire.contracts.artefacts import ArtefactSubtype, NativeBlock
 from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.issuers import responses_provider
 from reasonwire.contracts.usage import TokenCounts
-from reasonwire.workers.core.artefacts import ArtefactLedger, HeldArtefact
+from reasonwire.workers.core.artefacts import HeldArtefact
 from reasonwire.workers.core.errors import ProviderGrammarError, optional, require, require_index, token_count
 from reasonwire.workers.core.translator import Translator
 
@@ -259,11 +261,9 @@ class OpenAIResponsesTranslator(Translator):
         """``response.incomplete`` is closing the run: what it closes was cut off, marked incomplete."""
 
     def _start(self, obj: dict[str, Any] | None, raw: bytes | str) -> None:
+        if self.issuer_provider is None and obj is not None:  # Grok: its values go back to xAI only (R8)
+            self.issuer_provider = responses_provider(self.stream_identity(obj)[1] or self.model)
         super()._start(obj, raw)
-        provider = provider_of_model(self.grammar, self.model)
-        if provider is not None:  # Grok: its encrypted_content goes back to xAI only (R8)
-            issuer = Issuer(grammar=self.grammar, model=self.model, scope=self.issuer_scope, provider=provider)
-            self._ledger = ArtefactLedger(self.run, issuer)  # nothing is held yet: the run just started
 
     def stream_identity(self, obj: dict[str, Any]) -> tuple[str | None, str | None]:
         kind = obj.get("type")
