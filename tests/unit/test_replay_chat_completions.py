@@ -342,6 +342,13 @@ def test_a_grok_stream_is_issued_by_xai() -> None:
     assert {r.issuer.provider for r in openai} == {None}
 
 
+def test_a_stated_provider_is_kept_whatever_the_model_name() -> None:
+    with OPENAI_B.open(encoding="utf-8") as f:
+        lines = [e.data for e in read_events(f)]
+    out = translate_lines(Grammar.OPENAI_RESPONSES.value, lines, issuer_provider="xai")
+    assert out.artefacts and {r.issuer.provider for r in out.artefacts} == {"xai"}
+
+
 def test_xai_encrypted_content_goes_back_to_xai_only_R8() -> None:
     history, records = responses_run("grok-4-fast-reasoning")
     to_xai = replay(history, records, ReplayTarget(grammar=Grammar.OPENAI_RESPONSES, model="grok-4-fast-reasoning"))
