@@ -12,6 +12,8 @@ issued it, so the run names its *provider*:
 * otherwise derived from the stream and the model name (:func:`provider_from_stream`, the
   documented fallback, docs/mapping/openai-chat-completions.md).
 
+The Responses API has a second provider too: xAI serves Grok through it (:func:`responses_provider`).
+
 A provider value is a lower-case family name (``deepseek``, ``glm``, ``qwen``, ``kimi``,
 ``mistral``, ``minimax``, ``vllm``, ``sglang``, ``together``, ``deepinfra``, ``openrouter``), or
 ``<family>:<detail>`` where the family serves many issuers: ``openrouter:<format>`` (the
@@ -45,6 +47,10 @@ even answered 400 when it was sent back), ``ollama:*`` and ``mistral`` (whose th
 
 OPENROUTER: Final = "openrouter"
 OLLAMA: Final = "ollama"
+XAI: Final = "xai"
+"""Grok, which xAI serves through the Responses API (``openai-responses``): its ``encrypted_content``
+is bound to xAI — another provider's blob "could not be verified" either way
+(docs.x.ai/developers/advanced-api-usage/troubleshooting-reasoning)."""
 
 _MODEL_FAMILIES: Final = (
     ("deepseek", "deepseek"),
@@ -118,3 +124,9 @@ def provider_from_stream(*, model: str | None, reasoning_field: str | None, open
     if provider in READABLE_REASONING_REQUIRED and reasoning_field not in (None, "reasoning_content"):
         return None
     return provider
+
+
+def responses_provider(model: str | None) -> str | None:
+    """The provider of an ``openai-responses`` stream or request that its model names: ``grok-…`` is
+    xAI's (:data:`XAI`); None is OpenAI, the grammar's own."""
+    return XAI if model is not None and model.strip().lower().startswith("grok-") else None

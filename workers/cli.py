@@ -43,9 +43,11 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, TypeVar
 
 
+from reasonwire.contracts.artefacts import AGUI_VERSIONS
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.workers.commands import ingest as ingress_cli
 from reasonwire.workers.core.translator import Translation, Translator
+from reasonwire.workers.core.events import with_value_types
 from reasonwire.workers.core.wire import event_json, record_json
 from reasonwire.workers.commands import gateway as gateway_command
 from reasonwire.workers.ops.interrupts import release_interrupts
@@ -108,6 +110,12 @@ def _parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("translate", help="translate one provider stream to AG-UI events (offline)", **settings_epilog())
     tr.add_argument("--provider", required=True, choices=[g.value for g in Grammar], help="the stream's grammar")
     tr.add_argument("--artefacts", metavar="PATH", help="write artefact records (JSONL) here")
+    tr.add_argument(
+        "--agui-version",
+        choices=AGUI_VERSIONS,
+        default="1.0",
+        help="AG-UI version of the events (default 1.0); 1.1 adds encryptedValueType to every encrypted value",
+    )
     tr.add_argument("--run-id", help="run id (default: the provider's response id)")
     tr.add_argument("--thread-id", help="thread id (default: the run id)")
     tr.add_argument("--model", help="model, when the stream does not name it")
@@ -262,7 +270,7 @@ def _translate(args: argparse.Namespace) -> int:
         )
         text = io.TextIOWrapper(source, encoding="utf-8-sig", errors="strict")
         try:
-            return _run(translator, read_events(text), sys.stdout.buffer, artefacts)
+            return _run(translator, read_events(text), sys.stdout.buffer, artefacts, agui_version=args.agui_version)
         except UnicodeDecodeError as exc:
             raise UserError(f"{_name(args.input)} is not UTF-8 text ({exc.reason} at byte {exc.start} of a read)") from None
     finally:
@@ -313,9 +321,13 @@ class _Progress:
     warnings: Counter[str] = field(default_factory=Counter)
     """Warnings met per code: each code is named :data:`REPEATS_SHOWN` times, then only counted."""
     status: int = 0
+    agui_version: str = "1.0"
+    """The version the events are written in (``--agui-version``)."""
 
 
-def _run(translator: Translator, events: Iterable[ProviderEvent], out: BinaryIO, artefacts: BinaryIO | None) -> int:
+def _run(
+    translator: Translator, events: Iterable[ProviderEvent], out: BinaryIO, artefacts: BinaryIO | None, *, agui_version: str = "1.0"
+) -> int:
     """Feed each event as it is read and write its output at once (flushed per line).
 
     Until an event is recognised (handled, or rejected as malformed), the output (``RUN_STARTED``)
@@ -323,7 +335,7 @@ def _run(translator: Translator, events: Iterable[ProviderEvent], out: BinaryIO,
     the same recognition ``ingest`` and ``POST /v1/ingest`` use): a stream of another grammar
     then ends with one line, "this is not an X stream", and exit 2 — never with an invented run.
     A stream with no event at all says so (exit 2)."""
-    progress = _Progress()
+    progress = _Progress(agui_version=agui_version)
     gate: GrammarGate[int | None] = GrammarGate(translator, hold=None)
     try:
         for event in events:
@@ -343,7 +355,10 @@ def _run(translator: Translator, events: Iterable[ProviderEvent], out: BinaryIO,
 
 
 def _emit(translation: Translation, out: BinaryIO, artefacts: BinaryIO | None, *, input_line: int | None, progress: _Progress) -> None:
-    for event in translation.events:
+    events = translation.events
+    if progress.agui_version != "1.0" and translation.artefacts:
+        events = with_value_types(events, translation.artefacts)
+    for event in events:
         out.write(event_json(event) + b"\n")
     if artefacts is not None:
         for record in translation.artefacts:

@@ -37,6 +37,7 @@ ERROR_LINE: dict[Grammar, dict[str, Any]] = {
     Grammar.BEDROCK_CONVERSE: {"modelStreamErrorException": {"message": "interrupted", "originalStatusCode": 529}},
     Grammar.GEMINI_GENERATE_CONTENT: {"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}},
     Grammar.GEMINI_INTERACTIONS: {"event_type": "error", "error": {"code": "unavailable", "message": "overloaded"}},
+    Grammar.OPENAI_CHAT_COMPLETIONS: {"error": {"message": "overloaded", "type": "service_unavailable_error", "code": "server_overloaded"}},
 }
 """Each grammar's mid-stream error (OpenAI ``response.failed``, Anthropic ``overloaded_error``,
 Bedrock ``modelStreamErrorException``, Gemini 503, Interactions ``error``; REFERENCE §1.5–§5.2)."""

@@ -40,6 +40,7 @@ OTHER_FAMILY = {
     Grammar.GEMINI_GENERATE_CONTENT: "gemini-2.5-pro",
     Grammar.GEMINI_INTERACTIONS: "gemini-2.5-pro",
     Grammar.BEDROCK_CONVERSE: "us.anthropic.claude-opus-4-1-20250805-v1:0",
+    Grammar.OPENAI_CHAT_COMPLETIONS: "gpt-4.1",  # OpenAI's own: another provider than the samples' DeepSeek
 }
 """A model of another family than each sample's, per grammar."""
 

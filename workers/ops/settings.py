@@ -327,7 +327,15 @@ class ReplayWorkerSettings(_WorkerBase):
     replay_group_id: NonEmpty = Field("reasonwire-replay", description="the replay workers' consumer group; every replica shares it")
 
 
-class NormalizeSettings(_WorkerBase, RedisWaitSettings):
+class AgUiSettings(Settings):
+    """The AG-UI version the events are emitted in."""
+
+    agui_version: Literal["1.0", "1.1"] = Field(
+        "1.0", description="AG-UI version of the events: 1.1 adds encryptedValueType to every encrypted value (docs/replay.md)"
+    )
+
+
+class NormalizeSettings(_WorkerBase, RedisWaitSettings, AgUiSettings):
     """What ``worker normalize`` reads (``workers/services/normalizer.py``)."""
 
     group_id: NonEmpty = Field("reasonwire-normalizer", description="the normalizer's consumer group; every replica shares it")

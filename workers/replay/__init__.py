@@ -39,6 +39,7 @@ from reasonwire.workers.replay.core import (
 from reasonwire.workers.replay.family import model_family, same_family
 from reasonwire.workers.replay.gemini_generate_content import GeminiGenerateContentReplay
 from reasonwire.workers.replay.gemini_interactions import GeminiInteractionsReplay
+from reasonwire.workers.replay.openai_chat_completions import ChatCompletionsReplay
 from reasonwire.workers.replay.openai_responses import OpenAIResponsesReplay
 
 BUILDERS: dict[Grammar, ReplayBuilder] = {
@@ -49,6 +50,7 @@ BUILDERS: dict[Grammar, ReplayBuilder] = {
         GeminiGenerateContentReplay(),
         GeminiInteractionsReplay(),
         BedrockConverseReplay(),
+        ChatCompletionsReplay(),
     )
 }
 """Grammar → the builder of its provider-native input."""

@@ -22,7 +22,9 @@ OpenAI item ids — see :func:`reasonwire.workers.replay.core.metadata_hint`).
 The rules of the chapter, each where it belongs:
 
 * R3 — an ``encryptedValue`` is stored as received and returned unmodified:
-  never parsed, trimmed, logged or put in a warning.
+  never parsed, trimmed, logged or put in a warning. Its AG-UI 1.1
+  ``encryptedValueType``, when the event carries one, is kept beside it on the
+  message or call (in either version) and goes whenever the value goes.
 * R4 — a path that cannot carry a value warns: a store limit
   (``max_value_bytes``) that a value exceeds, or a downgrade to a pre-1.0
   message shape (:func:`downgrade_messages`), which has no ``encryptedValue``.
@@ -340,6 +342,7 @@ class AgUiConsumer:
             self._warn("unknown_entity", f"encrypted value for unknown {subtype} {entity_id} dropped (R6)")
             return
         target.encrypted_value = self._storable(value, entity_id)
+        set_value_type(target, (event.model_extra or {}).get(VALUE_TYPE))
 
     def _storable(self, value: str, entity_id: str) -> str | None:
         """The value, or None when the store cannot carry it (R4: losing content is said)."""
@@ -365,9 +368,12 @@ class AgUiConsumer:
             value = getattr(message, "encrypted_value", None)
             if value is not None:
                 message.encrypted_value = self._storable(value, message.id)  # type: ignore[union-attr]
+            if not isinstance(message, ActivityMessage):
+                set_value_type(message, value_type(message))
             for call in _calls(message):
                 if call.encrypted_value is not None:
                     call.encrypted_value = self._storable(call.encrypted_value, call.id)
+                set_value_type(call, value_type(call))
         after = self.values()
         withdrawn = [entity for entity in before if entity not in after]
         self.counters["withdrawn_encrypted_values"] += len(withdrawn)  # R5: the producer's call, not a loss
@@ -501,6 +507,28 @@ def _keep_unrestated_reasoning(before: list[Message], after: list[Message]) -> l
     return kept
 
 
+VALUE_TYPE = "encryptedValueType"
+"""AG-UI 1.1 (PR #2888): what an ``encryptedValue`` is, set by its producer. Kept on input in both
+versions (the 1.0 models hold it as an extra field), stored and returned with the value
+unmodified, and replaced or removed together with it: never a type without a value."""
+
+
+def value_type(holder: Any) -> str | None:
+    """The ``encryptedValueType`` a message, tool call or event carries, if a string."""
+    kind = (getattr(holder, "model_extra", None) or {}).get(VALUE_TYPE)
+    return kind if isinstance(kind, str) else None
+
+
+def set_value_type(holder: Any, kind: Any) -> None:
+    """Give ``holder`` the type of the value it now holds: ``kind`` when it holds a value and
+    ``kind`` is a string, else none (a type never outlives or precedes its value)."""
+    extra = getattr(holder, "__pydantic_extra__", None)
+    if getattr(holder, "encrypted_value", None) is not None and isinstance(kind, str):
+        setattr(holder, VALUE_TYPE, kind)
+    elif extra:
+        extra.pop(VALUE_TYPE, None)
+
+
 def _calls(message: Message) -> list[ToolCall]:
     return list(message.tool_calls or []) if isinstance(message, AssistantMessage) else []
 
@@ -548,8 +576,13 @@ def downgrade_messages(
     out: list[dict[str, Any]] = []
     warnings: list[ConsumerWarning] = []
     legacy = protocol_version.split(".")[0] == PRE_1_0
+    typed = _at_least(protocol_version, (1, 1))
     for index, message in enumerate(messages):
         wire = message.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if not typed:  # a 1.1 addition: a 1.0 schema is closed, and its peer strips it anyway
+            wire.pop(VALUE_TYPE, None)
+            for call in wire.get("toolCalls") or []:
+                call.pop(VALUE_TYPE, None)
         if legacy:
             if wire.pop("encryptedValue", None) is not None:
                 warnings.append(_lost(message.id, protocol_version, index))
@@ -558,6 +591,14 @@ def downgrade_messages(
                     warnings.append(_lost(call["id"], protocol_version, index))
         out.append(wire)
     return out, warnings
+
+
+def _at_least(version: str, floor: tuple[int, int]) -> bool:
+    parts = version.split(".")
+    try:
+        return (int(parts[0]), int(parts[1]) if len(parts) > 1 else 0) >= floor
+    except ValueError:
+        return False
 
 
 def _lost(entity_id: str, version: str, index: int) -> ConsumerWarning:

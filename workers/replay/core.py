@@ -71,7 +71,7 @@ import hashlib
 import json
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -216,9 +216,13 @@ class Continuity:
         *,
         tenant: str | None = None,
         honour_client_omissions: bool = False,
+        model_bound: Callable[[ArtefactRecord], bool] = lambda record: True,
     ) -> None:
         self.target = target
         self.log = log
+        self.model_bound = model_bound
+        """Whether a record is bound to its issuer's model family, or only to its provider
+        (readable reasoning a provider requires back: any of its models reads it)."""
         self.tenant = tenant
         self.honour_client_omissions = honour_client_omissions
         self._usable: dict[Entity, list[ArtefactRecord]] = {}
@@ -254,7 +258,12 @@ class Continuity:
         grammar = self.target.grammar
         if self.target.model is not None:
             return model_family(grammar, self.target.model)
-        latest = [r for records in by_entity.values() for r in records if r.issuer.grammar == grammar and r.complete]
+        latest = [
+            r
+            for records in by_entity.values()
+            for r in records
+            if r.issuer.grammar == grammar and r.issuer.provider == self.target.provider and r.complete
+        ]
         if not latest:
             return None
         newest = max(latest, key=lambda r: r.created_at_ms or 0) if any(r.created_at_ms for r in latest) else latest[-1]
@@ -321,8 +330,17 @@ class Continuity:
                 f"the target is {target.grammar.value}: left out (R8)",
                 True,
             )
+        if record.issuer.provider != target.provider:
+            return (
+                "foreign_issuer",
+                f"artefact for {entity} was issued by provider {_provider(record.issuer.provider, target.grammar)}, "
+                f"the target is {_provider(target.provider, target.grammar)}: left out (R8)",
+                True,
+            )
         if record.issuer.scope != target.scope:
             return "foreign_issuer", f"artefact for {entity} was issued under another scope: left out (R8)", True
+        if not self.model_bound(record):
+            return None
         family = model_family(target.grammar, record.issuer.model)
         if family != self.model_family:
             return (
@@ -336,6 +354,11 @@ class Continuity:
     def _exclude(self, entity: Entity, exclusion: Exclusion, code: str, message: str) -> None:
         self.excluded[entity].append(exclusion)
         self.log.warn(code, message, entity_id=entity[1])
+
+
+def _provider(provider: str | None, grammar: Grammar) -> str:
+    """A provider for a warning: ``None`` is the grammar's own (Issuer.provider)."""
+    return repr(provider) if provider is not None else f"{grammar.value}'s own"
 
 
 def _client_values(messages: Sequence[Message]) -> dict[Entity, str]:
@@ -892,9 +915,13 @@ def _position(unit: Reasoning | Text | Call, record: ArtefactRecord) -> int | No
     return None
 
 
-_INDEXED_IDS = frozenset({Grammar.ANTHROPIC_MESSAGES, Grammar.BEDROCK_CONVERSE, Grammar.GEMINI_INTERACTIONS})
+_INDEXED_IDS = frozenset(
+    {Grammar.ANTHROPIC_MESSAGES, Grammar.BEDROCK_CONVERSE, Grammar.GEMINI_INTERACTIONS, Grammar.OPENAI_CHAT_COMPLETIONS}
+)
 """Grammars whose translators mint text and reasoning ids as ``<response>:<role>:<block or step index>``
-(``Translator.mint(role, index)``); OpenAI mints by item id, Gemini generateContent by unit ordinal."""
+(``Translator.mint(role, index)``); OpenAI mints by item id, Gemini generateContent by unit ordinal.
+Chat Completions: the reasoning is unit 0 of its message, the text after it, each call hinted
+(``blockIndex``, ``responseId``), so a reasoning message the client never held goes first in its turn."""
 
 
 def _follows(unit: Reasoning | Text | Call, follower: Mapping[str, Any]) -> bool:
@@ -993,6 +1020,16 @@ class ReplayBuilder:
         """Whether the provider rejects an open tool loop whose current turn lacks this unit's state."""
         return False
 
+    def resolve_target(self, target: ReplayTarget) -> ReplayTarget:
+        """The target with its provider named where the grammar can tell it from the model
+        (``grok-…`` is xAI's): issuers are compared with it (R8)."""
+        return target
+
+    def model_bound(self, record: ArtefactRecord) -> bool:
+        """Whether the record goes back only to its issuer's model family (opaque state is
+        model-bound: REFERENCE §1.7, §2.5, §3.3), or to any model of its provider."""
+        return True
+
     call_id_limit: ClassVar[int | None] = None
     """Longest tool-call id the grammar accepts; with ``call_id_pattern``, None = unconstrained."""
     call_id_pattern: ClassVar[re.Pattern[str] | None] = None
@@ -1045,8 +1082,15 @@ def replay_conversation(
     """The whole replay for one grammar (see the module docstring); raises :class:`ReplayError`."""
     log = ReplayLog()
     messages, _ = read_history(history)
+    target = builder.resolve_target(target)
     continuity = Continuity(
-        messages, artefacts, target, log, tenant=tenant, honour_client_omissions=honour_client_omissions
+        messages,
+        artefacts,
+        target,
+        log,
+        tenant=tenant,
+        honour_client_omissions=honour_client_omissions,
+        model_bound=builder.model_bound,
     )
     conversation = build_conversation(messages, continuity, log)
     current = conversation.current_turns()

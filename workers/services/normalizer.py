@@ -81,7 +81,9 @@ class NormalizerWorker:
         self.broker = broker
         self.store = store
         self.telemetry = telemetry
-        self.normalizer = Normalizer(PolicyBook.load(settings.policy_file), translators=translator_for)
+        self.normalizer = Normalizer(
+            PolicyBook.load(settings.policy_file), translators=translator_for, agui_version=settings.agui_version
+        )
         self.normalizer.token = secrets.token_hex(4)  # this process's name in the journal heads it writes (the fence)
         self.normalizer.clock.step = expiry_interval(settings)
         self.machine = DeliveryMachine(self.normalizer, max_in_flight=settings.max_in_flight)

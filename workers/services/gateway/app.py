@@ -10,6 +10,9 @@ Routes (docs/gateway.md):
   becomes a run request on ``reasoning.requests.v1``; the run's events stream back.
 * ``POST /v1/ingest/{provider}`` — a provider stream as a chunked body, ids in
   ``RW-Run-Id`` / ``RW-Thread-Id`` / ``RW-Model`` / ``RW-Issuer-Scope`` headers.
+* ``GET /v1/capabilities`` — AG-UI ``AgentCapabilities``: SSE streaming, ``transport.resumable``
+  (``Last-Event-ID`` is this gateway's extension: the AG-UI HTTP binding has no resumption),
+  reasoning streamed with encrypted values.
 * ``GET /v1/viewer`` — a minimal page rendering a run as it streams.
 * ``GET /healthz`` — liveness, and the readers and clients of this process.
 * ``GET /readyz`` — 200 while Kafka, Redis and every partition reader are reachable, else 503.
@@ -586,6 +589,22 @@ async def ingest(request: Request) -> Response:
     return JSONResponse({"run_id": run_id, "thread_id": thread_id, "published": run.published, "outcome": str(run.outcome)})
 
 
+CAPABILITIES: dict[str, Any] = {
+    "transport": {"streaming": True, "resumable": True},
+    "reasoning": {"supported": True, "streaming": True, "encrypted": True},
+}
+"""What this gateway advertises (AG-UI ``AgentCapabilities``, wire shape). ``resumable``: a
+reader cut off resumes with ``Last-Event-ID`` (or ``?lastEventId=``) after the last ``id:`` it
+got — this gateway's extension; stock ``@ag-ui/client`` does not resume (docs/gateway.md)."""
+
+
+async def capabilities(request: Request) -> Response:
+    caller = _authenticated(request)
+    if isinstance(caller, Response):
+        return caller
+    return JSONResponse(CAPABILITIES)
+
+
 async def viewer(request: Request) -> Response:
     return HTMLResponse(VIEWER.read_text())
 
@@ -621,6 +640,7 @@ def create_app(settings: GatewaySettings | None = None, keys: KeyBook | None = N
         Route("/v1/threads/{thread_id}/runs/{run_id}/events", run_events, methods=["GET"]),
         Route("/v1/agent", agent, methods=["POST"]),
         Route("/v1/ingest/{provider}", ingest, methods=["POST"]),
+        Route("/v1/capabilities", capabilities, methods=["GET"]),
         Route("/v1/viewer", viewer, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
