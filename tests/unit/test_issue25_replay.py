@@ -245,6 +245,7 @@ ID_RULES: dict[Grammar, tuple[str, int | None]] = {
     Grammar.OPENAI_RESPONSES: (r".+", None),  # call_id: no documented constraint
     Grammar.GEMINI_INTERACTIONS: (r".+", None),  # function_call.id: no documented constraint
     Grammar.GEMINI_GENERATE_CONTENT: (r".+", None),  # minted ids are never sent
+    Grammar.OPENAI_CHAT_COMPLETIONS: (r".+", None),  # tool_calls[].id: no documented constraint
 }
 TARGET_MODELS = {
     Grammar.ANTHROPIC_MESSAGES: "claude-sonnet-4-5",
@@ -252,6 +253,7 @@ TARGET_MODELS = {
     Grammar.OPENAI_RESPONSES: "gpt-5",
     Grammar.GEMINI_INTERACTIONS: "gemini-3-flash-preview",
     Grammar.GEMINI_GENERATE_CONTENT: "gemini-2.5-flash",
+    Grammar.OPENAI_CHAT_COMPLETIONS: "deepseek-v4-pro",
 }
 
 
@@ -260,6 +262,9 @@ def call_and_result_ids(grammar: Grammar, items: list[dict[str, Any]]) -> tuple[
     results: list[str] = []
     for item in items:
         kind = item.get("type")
+        calls += [call["id"] for call in item.get("tool_calls") or []]  # Chat Completions
+        if item.get("role") == "tool":
+            results.append(item["tool_call_id"])
         if kind == "function_call":
             calls.append(item.get("call_id", item.get("id")))
         elif kind in ("function_call_output", "function_result"):
