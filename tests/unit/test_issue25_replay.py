@@ -75,7 +75,9 @@ def renamed(grammar: Grammar, lines: list[str], suffix: str) -> list[str]:
 
 
 def target(grammar: Grammar) -> ReplayTarget:
-    return ReplayTarget(grammar=grammar, model=request_model(expected_of(LOCAL_FIXTURES / grammar.value / "b_reasoning_then_tool_call.jsonl")))
+    """The fixture's own issuer: its grammar, model and (for a grammar many providers speak) provider."""
+    expected = expected_of(LOCAL_FIXTURES / grammar.value / "b_reasoning_then_tool_call.jsonl")
+    return ReplayTarget(grammar=grammar, model=request_model(expected), provider=(expected.get("issuer") or {}).get("provider"))
 
 
 def run_step(run_id: str, out: Output) -> dict[str, Any]:

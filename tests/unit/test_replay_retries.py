@@ -170,7 +170,11 @@ def test_a_failed_runs_reasoning_goes_with_its_unanswered_call_when_the_retry_ca
     assert unanswered_calls(grammar, result.fragment) == []
     assert [w.entity_id for w in result.warnings if w.code == "unanswered_tool_call"] == call_ids(failed)
     failed_units = [e["messageId"] for e in failed.events if e["type"] in ("REASONING_MESSAGE_START", "TEXT_MESSAGE_START")]
-    assert [w.entity_id for w in result.warnings if w.code == "superseded_run"] == failed_units
+    # each of the failed run's units is said to be left out: superseded by the retry, or — where the
+    # grammar keeps one record for the whole turn's reasoning (Chat Completions), closed only by a
+    # finished run — cut with its run
+    left_out = [w.entity_id for w in result.warnings if w.code in ("superseded_run", "interrupted_reasoning")]
+    assert sorted(set(left_out)) == sorted(failed_units)
 
 
 # -- what stays -----------------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ from reasonwire.workers.replay.core import (
     ToolResults,
     UserTurn,
     drop_reasoning_only,
+    run_segments,
 )
 
 
@@ -138,13 +139,19 @@ class ChatCompletionsReplay(ReplayBuilder):
     def assistant(self, turn: AssistantTurn, conversation: Conversation) -> list[dict[str, Any]]:
         if drop_reasoning_only(turn, conversation):
             return []
-        texts = [u.text for u in turn.units if isinstance(u, Text) and u.text]
-        calls = [u for u in turn.units if isinstance(u, Call)]
+        # One assistant message per provider response: two runs answering in turn are two messages
+        # (Chat Completions takes consecutive assistant messages), never one with their texts and
+        # reasoning run together.
+        return [self._message(units, conversation) for _, units in run_segments(turn)]
+
+    def _message(self, units: list[Reasoning | Text | Call], conversation: Conversation) -> dict[str, Any]:
+        texts = [u.text for u in units if isinstance(u, Text) and u.text]
+        calls = [u for u in units if isinstance(u, Call)]
         message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
         if calls:
             message["tool_calls"] = [_tool_call(call) for call in calls]
-        self._reasoning(message, [u for u in turn.units if isinstance(u, Reasoning)], conversation)
-        return [message]
+        self._reasoning(message, [u for u in units if isinstance(u, Reasoning)], conversation)
+        return message
 
     def _reasoning(self, message: dict[str, Any], units: list[Reasoning], conversation: Conversation) -> None:
         with_state = [u for u in units if u.artefacts]
