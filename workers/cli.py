@@ -14,7 +14,7 @@ traceback (:mod:`reasonwire.workers.ops.errors`). Exit statuses, every command:
 * 1 — ``translate``: an event was malformed (R7: the run ends with ``RUN_ERROR``
   and the line is named); ``replay``: the provider would reject what is left;
   ``topics apply``: a topic still differs from the plan; ``ingest``: the broker
-  refused a record;
+  refused a record, or an event is malformed (the line named, as ``translate`` names it);
 * 2 — unusable arguments, input, path or configuration (any variable of the
   command's settings, the policy file, credentials a service refuses, topics missing
   without ``RW_CREATE_TOPICS``, a gateway port already taken): input with no events,

@@ -58,7 +58,7 @@ from reasonwire.workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, record_s
 from reasonwire.workers.services.gateway.fanout import Fanout, RunLog
 from reasonwire.workers.services.gateway.keys import Audience, KeyBook, Principal
 from reasonwire.workers.services.ingress.records import EventTooLarge, RunEnvelope
-from reasonwire.workers.services.ingress.recognition import NotThisGrammar
+from reasonwire.workers.services.ingress.recognition import MalformedEvent, NotThisGrammar
 from reasonwire.workers.services.ingress.publisher import IngressError, Publisher
 from reasonwire.workers.io.kafka_security import client_kwargs
 from reasonwire.workers.ops.metrics import gateway_metrics
@@ -548,7 +548,8 @@ async def ingest(request: Request) -> Response:
     gw, principal = caller
     provider = request.path_params["provider"]
     if provider not in {g.value for g in Grammar}:
-        return await _drained(request, _error(404, f"unknown provider grammar {provider!r}"))
+        known = ", ".join(g.value for g in Grammar)
+        return await _drained(request, _error(404, f"unknown provider grammar {provider!r}; one of: {known}"))
     run_id = request.headers.get("rw-run-id")
     if not run_id:
         return await _drained(request, _error(400, "the RW-Run-Id header is required"))
@@ -572,6 +573,10 @@ async def ingest(request: Request) -> Response:
         return _error(400, f"the body ended before the request did: run {run_id} aborted after {published} events")
     except NotThisGrammar as exc:
         return await _drained(request, _error(422, f"{exc}; nothing was published"))
+    except MalformedEvent as exc:  # refused before its record; a run already started was aborted
+        published = run.published if run else 0
+        after = "nothing was published" if not published else f"the run was aborted after {published} events"
+        return await _drained(request, _error(400, f"{exc}; {after}", line=exc.line, published=published))
     except EventTooLarge as exc:
         published = run.published if run else 0
         after = "nothing was published" if not published else f"the run was aborted after {published} events"
