@@ -246,10 +246,16 @@ class ReplayWorkerSettings(_WorkerBase):
     replay_group_id: NonEmpty = Field("reasonwire-replay", description="the replay workers' consumer group; every replica shares it")
 
 
-class NormalizeSettings(_WorkerBase, RedisWaitSettings):
-    """What ``worker normalize`` reads (``workers/services/normalizer.py``)."""
+class GroupSettings(Settings):
+    """The normalizer's consumer group: its workers share it, and ``topics apply`` waits for its
+    lag on the raw topic before adding partitions (docs/scaling.md)."""
 
     group_id: NonEmpty = Field("reasonwire-normalizer", description="the normalizer's consumer group; every replica shares it")
+
+
+class NormalizeSettings(_WorkerBase, RedisWaitSettings, GroupSettings):
+    """What ``worker normalize`` reads (``workers/services/normalizer.py``)."""
+
     inactivity_timeout_s: PositiveFloat = Field(
         300.0, allow_inf_nan=False, description="a run with no input for this long (s) ends with RUN_ERROR inactivity_timeout"
     )
@@ -302,8 +308,9 @@ class IngestSettings(LogSettings, KafkaSettings):
     """``reasonwire ingest``: the broker only."""
 
 
-class TopicsApplySettings(TopicPlanSettings, KafkaSettings):
-    """``reasonwire topics apply``: the plan, and the broker it is applied to."""
+class TopicsApplySettings(TopicPlanSettings, KafkaSettings, GroupSettings):
+    """``reasonwire topics apply``: the plan, the broker it is applied to, and the normalizer group
+    whose lag on the raw topic must be 0 before partitions are added."""
 
 
 class AsyncApiSettings(TopicPlanSettings):
