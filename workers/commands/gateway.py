@@ -51,7 +51,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyBookError as exc:
         raise UserError(str(exc)) from None
     asyncio.run(_ready(settings))
-    listener = _listen(settings.host, settings.port, "--port" if "port" in overrides else "RW_GATEWAY_PORT")
+    from reasonwire.workers.ops.health import listen
+
+    listener = listen(settings.host, settings.port, "--port" if "port" in overrides else "RW_GATEWAY_PORT")
     if not keys:  # after the checks: a failure to start stays the one line on stderr
         print("reasonwire: warning: no API keys (RW_GATEWAY_KEYS_FILE / RW_GATEWAY_KEYS): every /v1 request gets 401", file=sys.stderr)
     return serve(settings, keys, listener)
@@ -75,21 +77,6 @@ async def _ready(settings: GatewaySettings) -> None:
         raise ConfigurationError(str(exc)) from None
     except (KafkaError, OSError) as exc:  # the broker went away since the check
         raise kafka_unreachable(settings, exc) from None
-
-
-def _listen(host: str, port: int, source: str) -> socket.socket:
-    """The bound, listening socket, or one line naming the address and the setting that chose it."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError as exc:
-        sock.close()
-        raise UserError(f"cannot listen on {host}:{port} ({source}): {exc.strerror or type(exc).__name__}") from None
-    sock.set_inheritable(True)
-    return sock
 
 
 def serve(settings: GatewaySettings, keys: object, listener: socket.socket) -> int:

@@ -231,7 +231,10 @@ class TopicSettings(TopicPlanSettings):
 class _WorkerBase(LogSettings, StoreSettings, TopicSettings, RedisSettings, KafkaSettings):
     """What both workers read: the services, the topics, the store, the logs, probes and backoff."""
 
-    health_port: int = Field(8080, ge=0, le=65535, description="port of /healthz and /readyz (0 disables; docs/reliability.md)")
+    health_host: NonEmpty = Field("0.0.0.0", description="bind address of /healthz, /readyz and /metrics")  # noqa: S104 (probes are scraped from outside the pod)
+    health_port: int = Field(
+        8080, ge=0, le=65535, description="port of /healthz, /readyz and /metrics (0 disables; taken: the worker stops, exit 2; docs/reliability.md)"
+    )
     backoff_initial_s: PositiveFloat = Field(
         0.1, allow_inf_nan=False, description="first wait (s) after a failed poll; doubles per failure, with jitter"
     )
