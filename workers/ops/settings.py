@@ -294,7 +294,7 @@ class WorkerSettings(NormalizeSettings, ReplayWorkerSettings):
 class DemoSettings(NormalizeSettings):
     """``reasonwire demo``: a worker's settings (it starts one) and where the samples come from."""
 
-    samples: str | None = Field(None, description="a folder of <grammar>/*.jsonl streams to publish (unset: the repository's samples)")
+    samples: str | None = Field(None, description="a folder of <grammar>/*.jsonl streams to publish (unset: the samples the package ships)")
     gateway_url: str | None = Field(None, description="a running gateway: print each run's viewer URL on it (`make run` sets it)")
     demo_key: str | None = Field(None, description="the API key put in the viewer URLs' fragment (`make run` sets it)")
 
