@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import socket
 import sys
@@ -89,11 +90,12 @@ def serve(settings: GatewaySettings, keys: object, listener: socket.socket) -> i
 
     release_interrupts()  # from here uvicorn's own shutdown on SIGINT/SIGTERM
     host, port = listener.getsockname()[:2]
-    print(f"reasonwire gateway on http://{host}:{port} (viewer: /v1/viewer)", file=sys.stderr, flush=True)
+    # through the log handler, so RW_LOG_FORMAT=json has no plain line
+    logging.getLogger("reasonwire.gateway").info("reasonwire gateway on http://%s:%d (viewer: /v1/viewer)", host, port)
     config = uvicorn.Config(
         create_app(settings, keys),  # type: ignore[arg-type]
         log_config=None,  # uvicorn's records go through the root handler (workers/ops/logs.py)
-        access_log=settings.access_log,
+        access_log=False,  # the app's own (RW_GATEWAY_ACCESS_LOG): with its duration and bytes, fields in JSON
         use_colors=False,
         lifespan="on",
     )

@@ -348,7 +348,7 @@ class GatewaySettings(LogSettings, TopicSettings, RedisSettings, KafkaSettings):
     max_runs: PositiveInt = Field(2000, validation_alias="RW_GATEWAY_MAX_RUNS", description="runs kept per partition reader (ended ones evicted first)")
     keys_file: str | None = Field(None, validation_alias="RW_GATEWAY_KEYS_FILE", description="the API key book, a JSON file (docs/gateway.md)")
     keys: str | None = Field(None, validation_alias="RW_GATEWAY_KEYS", description="the same key book as a JSON string, when there is no file")
-    access_log: bool = Field(False, validation_alias="RW_GATEWAY_ACCESS_LOG", description="log one line per HTTP request (uvicorn's access log)")
+    access_log: bool = Field(False, validation_alias="RW_GATEWAY_ACCESS_LOG", description="log one line per HTTP request with its status, duration and bytes (JSON fields with RW_LOG_FORMAT=json)")
     client_chunk_bytes: int = Field(
         64 * 1024,
         ge=4 * 1024,
