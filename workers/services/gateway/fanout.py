@@ -50,6 +50,10 @@ from reasonwire.workers.io.partitions import partition_of
 
 log = logging.getLogger("reasonwire.gateway")
 
+READ_BACK_MAX_S = 86_400
+"""How far before a run's first record met a reader looks for the run's beginning: a run longer
+than a day is not looked for further (its readers get keep-alives only, and the log says so)."""
+
 TERMINAL = frozenset({"RUN_FINISHED", "RUN_ERROR"})
 def partition_for(run_id: str, partitions: int) -> int:
     """The partition the normalizer wrote run ``run_id``'s events to (:func:`reasonwire.workers.io.partitions.partition_of`)."""
@@ -288,42 +292,47 @@ class PartitionReader:
                 await asyncio.sleep(delay)
 
     async def _read_back(self) -> None:
+        """One pass for the runs headless now (runs met during it wait for the next pass)."""
+        todo = dict(self._headless)
+        tried = set(todo)
         consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, group_id=None, enable_auto_commit=False, **client_kwargs())
         try:
             await consumer.start()
             consumer.assign([self.tp])
             first = (await consumer.beginning_offsets([self.tp]))[self.tp]
-            end = max(offset for offset, _ in self._headless.values())
-            since = max(ts for _, ts in self._headless.values())
+            end = max(offset for offset, _ in todo.values())
+            since = max(ts for _, ts in todo.values())
+            oldest = min(ts for _, ts in todo.values()) - READ_BACK_MAX_S * 1000
             window_ms = max(1000, int(self._lookback_s * 1000))
-            while self._headless and end > first:
-                since -= window_ms
+            while todo and end > first and since > oldest:
+                since = max(since - window_ms, oldest)
                 window_ms *= 2
-                found = (await consumer.offsets_for_times({self.tp: max(since, 0)})).get(self.tp) if since > 0 else None
+                found = (await consumer.offsets_for_times({self.tp: since})).get(self.tp) if since > 0 else None
                 begin = first if found is None else max(first, min(found.offset, end))
                 consumer.seek(self.tp, begin)
                 while await consumer.position(self.tp) < end:
                     batch = await consumer.getmany(self.tp, timeout_ms=1000, max_records=2000)
                     for record in batch.get(self.tp, ()):
                         if record.offset < end:
-                            self._take_back(record)
-                self._headless = {k: v for k, v in self._headless.items() if k in self.runs and not self.runs[k].frames}
+                            self._take_back(record, todo)
+                todo = {k: v for k, v in todo.items() if k in self.runs and not self.runs[k].frames}
                 end = begin
-            if self._headless:  # their beginning has left the topic (retention): they cannot be served whole
-                log.warning("reader of %s[%d]: the start of %d runs is no longer in the topic", self.tp.topic, self.tp.partition, len(self._headless))
-                self._headless.clear()
+            if todo:  # their beginning has left the topic (retention), or is older than READ_BACK_MAX_S
+                log.warning("reader of %s[%d]: the start of %d runs was not found: they cannot be served", self.tp.topic, self.tp.partition, len(todo))
         finally:
             await consumer.stop()
+        for key in tried:  # found, or given up on
+            self._headless.pop(key, None)
 
-    def _take_back(self, record: object) -> None:
-        """A record read back: only for the headless runs (the others were read whole already)."""
+    def _take_back(self, record: object, todo: dict[tuple[str, str], tuple[int, int]]) -> None:
+        """A record read back: only for the runs being read back (the others were read whole already)."""
         headers = {k: v for k, v in record.headers}  # type: ignore[attr-defined]
         try:
             key = (headers[HEADER_TENANT].decode(), headers[HEADER_RUN_ID].decode())
             seq = int(headers[HEADER_EVENT_SEQ])
         except (KeyError, ValueError):
             return
-        run = self.runs.get(key) if key in self._headless else None
+        run = self.runs.get(key) if key in todo else None
         if run is None:
             return
         had = bool(run.frames)
