@@ -1,1 +1,1 @@
-"""reasonwire's benchmarks (issue 8): ``make bench`` runs ``python -m bench``; see docs/benchmarks.md."""
+"""reasonwire's benchmarks: ``make bench`` runs ``python -m bench``; see docs/benchmarks.md."""

@@ -1,4 +1,4 @@
-"""``python -m bench`` (``make bench``): every benchmark of issue 8 in one run, one machine.
+"""``python -m bench`` (``make bench``): every benchmark in one run, one machine.
 
 Writes ``bench/results/results.json`` (every figure, the machine, the command),
 ``bench/results/table.md`` (the short table, also printed) and the profiles
@@ -82,13 +82,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run of every section (figures are noisy)")
     parser.add_argument("--skip", action="append", default=[], choices=["cpu", "litellm", "memory", "e2e", "profile", "gateway"])
+    parser.add_argument(
+        "--grammar", action="append", choices=[g.value for g in implemented()], help="only this grammar (repeatable; default: every one)"
+    )
     args = parser.parse_args()
     quick = args.quick
     RESULTS.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    grammars = [g.value for g in implemented()]
+    grammars = args.grammar or [g.value for g in implemented()]
     results: dict[str, Any] = {
-        "command": "make bench" + (" BENCH_ARGS=--quick" if quick else ""),
+        "command": "make bench" + (f" BENCH_ARGS='{' '.join(sys.argv[1:])}'" if len(sys.argv) > 1 else ""),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": machine(),
         "grammars": grammars,
@@ -139,7 +142,7 @@ def main() -> int:
             if "profile" not in args.skip and "profile_raw" in results["e2e"]:
                 results["profile_worker"] = profiles.worker_profile(Path(results["e2e"].pop("profile_raw")))
 
-    if "gateway" not in args.skip:  # issue 15: 200 SSE clients on one gateway process (bench.gateway)
+    if "gateway" not in args.skip:  # 200 SSE clients on one gateway process (bench.gateway)
         if not (os.environ.get("KAFKA_BOOTSTRAP_SERVERS") and os.environ.get("REDIS_URL")):
             results["gateway"] = {"skipped": "KAFKA_BOOTSTRAP_SERVERS / REDIS_URL not set (make bench starts the services)"}
         else:
@@ -185,7 +188,7 @@ ratio is taken within a round, and judged as the median over rounds."""
 LATENCY_KINDS = ("passthrough", "worker", "passthrough-pipelined", "worker-no-telemetry")
 
 RATIOS: tuple[tuple[str, str, str, float | None, str], ...] = (
-    ("worker_to_passthrough", "worker", "passthrough", None, "worker as shipped (Redis writes, OTel SDK and guards on, no exporter) / bare passthrough (issue 27: not below main 1af85a6's, verdict below)"),
+    ("worker_to_passthrough", "worker", "passthrough", None, "worker as shipped (Redis writes, OTel SDK and guards on, no exporter) / bare passthrough (context: throughput is judged against main 1af85a6's worker, verdict below)"),
     ("worker_no_telemetry_to_passthrough", "worker-no-telemetry", "passthrough", None, "worker, telemetry off / bare passthrough"),
     ("io_floor_to_passthrough", "io-floor", "passthrough", None, "I/O-equivalent floor (same outputs and Redis commands, precomputed) / bare passthrough"),
     ("worker_to_io_floor", "worker", "io-floor", None, "worker as shipped / I/O-equivalent floor (the cost of reasonwire's own logic)"),
@@ -193,14 +196,14 @@ RATIOS: tuple[tuple[str, str, str, float | None, str], ...] = (
     ("shipped_to_telemetry_off", "worker", "worker-no-telemetry", None, "worker as shipped (no exporter) / telemetry off"),
     ("sampled_to_telemetry_off", "worker-exporting-sampled", "worker-no-telemetry", 0.90, "exporting spans and metrics, 1 % of runs traced (parentbased_traceidratio 0.01) / telemetry off"),
     ("exporting_to_telemetry_off", "worker-exporting", "worker-no-telemetry", 0.60, "exporting every span and metric (console exporter) / telemetry off"),
-    ("worker_to_today", "worker", targets.BASELINE_KIND, None, f"worker as shipped / main {targets.BASELINE_COMMIT}'s worker, same round (issue 27: ≥ {targets.THROUGHPUT_TO_BASELINE_MIN:g}×, verdict below)"),
+    ("worker_to_today", "worker", targets.BASELINE_KIND, None, f"worker as shipped / main {targets.BASELINE_COMMIT}'s worker, same round (target ≥ {targets.THROUGHPUT_TO_BASELINE_MIN:g}×, verdict below)"),
     ("faststream_to_passthrough", "faststream-passthrough", "passthrough", None, "FastStream passthrough / bare passthrough"),
     ("pipelined_to_passthrough", "passthrough-pipelined", "passthrough", None, "pipelined bare passthrough / bare passthrough"),
 )
 
 
-def issue27_rounds(e: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[float, list[dict[str, Any]]]]:
-    """The e2e section's figures per round, as :func:`bench.targets.issue27` takes them."""
+def target_rounds(e: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[float, list[dict[str, Any]]]]:
+    """The e2e section's figures per round, as :func:`bench.targets.verdicts` takes them."""
     rates, cpus, loads = e.get("throughput_rounds", {}), e.get("cpu_us_per_record_rounds", {}), e.get("round_loads", [])
     drain = [
         {"load": load, "rate": {k: v[i] for k, v in rates.items() if len(v) > i}, "cpu": {k: v[i] for k, v in cpus.items() if len(v) > i}}
@@ -257,7 +260,7 @@ async def _e2e(grammars: list[str], quick: bool) -> dict[str, Any]:
         floor_file = logs / "io-floor-traffic.pickle"
         floor_file.write_bytes(pickle.dumps([(r.key, r.value, r.headers) for r in base_floor]))
         kinds = list(THROUGHPUT_KINDS)
-        today = _todays_tree(trees)  # issue 27: throughput not below main 1af85a6's worker, in the same rounds
+        today = _todays_tree(trees)  # throughput is judged against main 1af85a6's worker, in the same rounds
         if isinstance(today, Path):
             kinds.append(targets.BASELINE_KIND)
         else:
@@ -492,8 +495,8 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
                 for phase, v in phases.items():
                     phases[phase] = {q: sorted(vals)[len(vals) // 2] for q, vals in v.items()}  # median over rounds
     if "e2e" in r and "skipped" not in r["e2e"]:
-        drain, latency = issue27_rounds(e)
-        s["issue27"] = [dataclasses.asdict(v) for v in targets.issue27(drain, latency)]
+        drain, latency = target_rounds(e)
+        s["target_verdicts"] = [dataclasses.asdict(v) for v in targets.verdicts(drain, latency)]
     return s
 
 
@@ -642,12 +645,12 @@ def render_table(r: dict[str, Any]) -> str:
 
 
 def verdicts(s: dict[str, Any]) -> list[str]:
-    """Issue 27's targets (bench.targets), then issue 17's telemetry targets, each judged on the
+    """The targets (bench.targets), then the telemetry targets, each judged on the
     median of its per-round values, with the spread."""
     out = []
-    if s.get("issue27"):
-        out += [f"Issue 27's targets (medians of rounds; latency judged only on rounds whose neighbours kept fewer than {targets.QUIET_LOAD:g} cores busy):"]
-        out += ["- " + targets.Verdict(**v).line() for v in s["issue27"]]
+    if s.get("target_verdicts"):
+        out += [f"Targets (medians of rounds; latency judged only on rounds whose neighbours kept fewer than {targets.QUIET_LOAD:g} cores busy):"]
+        out += ["- " + targets.Verdict(**v).line() for v in s["target_verdicts"]]
     telemetry = []
     for name, _, _, target, title in RATIOS:
         x = s.get(name)
@@ -657,7 +660,7 @@ def verdicts(s: dict[str, Any]) -> list[str]:
                 f"(min–max {x['min']:.1%}–{x['max']:.1%}, {x['n']} rounds)"
             )
     if telemetry:
-        out += [*([""] if out else []), "Issue 17's telemetry targets:", *telemetry]
+        out += [*([""] if out else []), "Telemetry targets:", *telemetry]
     return out
 
 

@@ -1,4 +1,4 @@
-"""Translator CPU cost per provider event, against the JSON floor (issue 8, part 1).
+"""Translator CPU cost per provider event, against the JSON floor (``make bench`` section 1).
 
 What is measured, per grammar, over the same generated runs (``bench.streams``):
 

@@ -1,4 +1,4 @@
-"""End to end through the real broker and Redis (issue 8, parts 3 and 5).
+"""End to end through the real broker and Redis (``make bench`` sections 3 and 5).
 
 Theory of operation
 -------------------
@@ -95,6 +95,7 @@ MODELS = {
     "gemini-generate-content": "gemini-3-flash-preview",
     "gemini-interactions": "gemini-3-flash-preview",
     "bedrock-converse": "us.anthropic.claude-sonnet-4-5-v1:0",
+    "openai-chat-completions": "deepseek-v4-pro",
 }
 """What an ingress puts in ``rw-model`` (the request's model); a stream naming its own model wins."""
 
@@ -453,7 +454,7 @@ def frozen(consumers: Sequence[Consumer]) -> Iterator[None]:
     slope to measure ("the backlog drained before it was fully produced"). Frozen, the
     consumer finds the whole backlog waiting, whatever the host's speed, and a stopped
     process spends no CPU, so CPU per record is unchanged. Its group membership survives as
-    long as producing takes less than the session timeout (aiokafka's default is 10 s;
+    long as producing takes less than the group's ``session.timeout.ms`` (aiokafka's default is 10 s;
     ``produce_s`` in each round's result says how long it took)."""
     pids = [c.proc.pid for c in consumers]
     for pid in pids:

@@ -1,4 +1,4 @@
-"""The gateway under 200 concurrent SSE clients (issue 15): memory and added latency.
+"""The gateway under 200 concurrent SSE clients: memory and added latency.
 
 Theory of operation
 -------------------
@@ -27,8 +27,8 @@ stamping the send time of every raw record.
 ``python -m bench.gateway [--clients N] [--runs R]`` runs it alone and writes
 ``bench/results/gateway.json``; ``make bench`` runs it as its last section.
 
-Slow readers (issue 26)
------------------------
+Slow readers
+------------
 ``python -m bench.gateway --slow-readers N [--run-mb M]`` measures instead what readers that
 stop reading cost: one finished run of ``M`` MB of events (put on the internal topic directly,
 no worker), read once (the baseline holds the run's log), then ``N`` readers with a 4 KiB
@@ -370,7 +370,7 @@ async def _drive_slow(bootstrap: str, url: str, port: int, pid: int, *, readers:
 
 def render_slow(r: dict[str, Any]) -> str:
     return (
-        f"\n## gateway: {r['slow_readers']} stalled readers of one finished {r['run_mb']} MB run (issue 26)\n\n"
+        f"\n## gateway: {r['slow_readers']} stalled readers of one finished {r['run_mb']} MB run\n\n"
         "| figure | value |\n|---|---|\n"
         f"| gateway RSS before / peak while stalled ({r['stall_s']} s) / after they left | {r['gateway_rss_before_mb']} / {r['gateway_rss_peak_while_stalled_mb']} / {r['gateway_rss_after_mb']} MB |\n"
         f"| per stalled reader | {r['gateway_rss_per_stalled_reader_kb']} KB |\n"
@@ -382,10 +382,10 @@ def render_slow(r: dict[str, Any]) -> str:
 
 def render(r: dict[str, Any]) -> str:
     if "skipped" in r:
-        return f"\n## gateway (issue 15)\n\nskipped: {r['skipped']}\n"
+        return f"\n## gateway\n\nskipped: {r['skipped']}\n"
     g, d, a = r["raw_to_sse"], r["raw_to_topic_direct"], r["added_by_gateway_ms"]
     return (
-        f"\n## gateway: {r['clients']} concurrent SSE clients on {r['runs']} runs (issue 15)\n\n"
+        f"\n## gateway: {r['clients']} concurrent SSE clients on {r['runs']} runs\n\n"
         "| figure | value |\n|---|---|\n"
         f"| raw publish → SSE delivery p50 / p99 | {g['p50_ms']} / {g['p99_ms']} ms |\n"
         f"| raw publish → public topic (no gateway) p50 / p99 | {d['p50_ms']} / {d['p99_ms']} ms |\n"
@@ -403,7 +403,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--pace-ms", type=float, default=20.0)
-    parser.add_argument("--slow-readers", type=int, default=0, help="measure N stalled readers of one finished run instead (issue 26)")
+    parser.add_argument("--slow-readers", type=int, default=0, help="measure N stalled readers of one finished run instead")
     parser.add_argument("--run-mb", type=float, default=8.0, help="the size of that run")
     args = parser.parse_args()
     results = ROOT / "bench" / "results"

@@ -1,10 +1,10 @@
-"""How busy the host was during a measurement *besides the benchmark itself* (issue 27's quiet rounds).
+"""How busy the host was during a measurement *besides the benchmark itself* (the quiet-round rule).
 
-Issue 27 judges latency only on rounds measured on a quiet host, and first read "quiet" as the
-host's 1-minute load average below 1. On this project's 2-core machine the benchmark alone
-keeps that average at 0.9–1.8: a round runs the harness (producer and reader), one or two
-consumers, the Kafka broker and Redis — five busy processes — so the rule judged no round at
-all, on an otherwise idle host just as on a shared one (``bench.ab`` latency rounds at 2,700
+Latency is judged only on rounds measured on a quiet host. "Quiet" is not the host's 1-minute
+load average below 1: on a 2-core machine the benchmark alone keeps that average at 0.9–1.8 —
+a round runs the harness (producer and reader), one or two consumers, the Kafka broker and
+Redis, five busy processes — so that rule would judge no round at all, on an otherwise idle
+host just as on a shared one (``bench.ab`` latency rounds at 2,700
 records/s on a freshly booted host read 0.94 → 1.78 over five rounds, every one "loaded").
 What the rule is for is the neighbours: other processes that take the cores the measured
 ones need. So a round's *load* is measured as exactly that:

@@ -13,7 +13,7 @@ worker's order and shape —
 * a journal read (``HGETALL`` + ``GET`` per run, in the store's one read-script
   call) for each run met for the first time at a record other than its first — none in
   this traffic: the worker presumes a run met at ``rw-seq`` 0 new and lets its write's
-  fence stand in for the read (``DeliveryMachine``, issue 27);
+  fence stand in for the read (``DeliveryMachine``);
 * the outputs of runs that did not end, appended to one record batch per topic
   partition (``send_batch``, the partition chosen once per run with Kafka's
   default partitioner) while the Redis write runs: one write-script call

@@ -1,4 +1,4 @@
-"""The same streams through LiteLLM's own streaming translation (issue 8, part 2).
+"""The same streams through LiteLLM's own streaming translation (``make bench`` section 2).
 
 LiteLLM is installed only for the benchmark (``pip install -e '.[bench]'``),
 pinned to an exact release from before the March 2026 PyPI compromise
@@ -128,7 +128,7 @@ def measure(workloads: dict[str, Workload], *, rounds: int = 5) -> dict[str, Any
             "reasonwire_events_per_s": n / statistics.median(t_ours),
             "litellm_wire_events_per_s": n / statistics.median(t_wire),
             "litellm_parser_only_events_per_s": n / statistics.median(t_parser),
-            # >1 means reasonwire is faster; the target is >= 3 (issue 8)
+            # >1 means reasonwire is faster; the target is >= 3
             "speedup_vs_litellm_wire": statistics.median(w_ / o for o, w_ in zip(t_ours, t_wire)),
             "speedup_vs_litellm_parser_only": statistics.median(p / o for o, p in zip(t_ours, t_parser)),
         }

@@ -1,4 +1,4 @@
-"""Memory of the sans-I/O normalizer: per open run, and against run length (issue 8, part 4).
+"""Memory of the sans-I/O normalizer: per open run, and against run length (``make bench`` section 4).
 
 Everything goes through :class:`reasonwire.workers.core.normalizer.Normalizer` (``route`` +
 ``accept`` on real ``reasoning.raw.v1`` records), in this process, outputs

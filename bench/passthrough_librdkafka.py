@@ -8,7 +8,7 @@ own network threads — in one synchronous loop instead of aiokafka on asyncio. 
 ``passthrough-pipelined`` it tells how much of a pipelined consumer's CPU at a moderate rate is
 the client and the event loop rather than what the consumer does with the records: at 6,981
 records/s on this project's 2-core host it used 0.24–0.27 of a core where the aiokafka one
-used 0.59–0.62, with a lower p99 (docs/benchmarks-history.md, thirteenth session).
+used 0.59–0.62, with a lower p99 (docs/benchmarks.md, "What the Kafka client costs").
 
 The loop: wait up to 20 ms for one record, take whatever else is already fetched (up to
 ``RW_MAX_BATCH``), re-publish each record unchanged (key, value, headers) — to the partition

@@ -5,7 +5,7 @@ atomic call. This compares, on a live Redis (``REDIS_URL``), the client-side CPU
 write made two ways, in alternating rounds:
 
 * ``pipeline`` — redis-py's ``MULTI``/``EXEC`` pipeline with the epoch read inside (the
-  store's path before issue 17's fourth pass, and still the path on a Redis Cluster);
+  store's path on a Redis Cluster);
 * ``script`` — :class:`reasonwire.workers.io.redis_script.ServerScript` with :data:`WRITE_OPS` (the
   store's path on one server): one ``EVALSHA``, hiredis-packed, one reply.
 

@@ -1,4 +1,4 @@
-"""Cost of feeding the P8 content registry, µs per reasoning delta (issue 17).
+"""Cost of feeding the P8 content registry, µs per reasoning delta.
 
 ``python -m bench.registry [--against REV] [--runs 5] [--mix mixed] [--max-slices N]``
 

@@ -139,12 +139,46 @@ def _gemini_interactions(obj: dict[str, Any]) -> Delta | None:
     return None
 
 
+_CHAT_TEXT = {"reasoning_content": "reasoning", "reasoning": "reasoning", "content": "text"}
+
+
+def _chat_completions(obj: dict[str, Any]) -> Delta | None:
+    """One streamed field per chunk: reasoning, answer text or one call's argument fragment (Chat
+    Completions), or an Ollama line's ``message.thinking`` / ``message.content``."""
+    message = obj.get("message")
+    if isinstance(message, dict) and obj.get("done") is False:
+        fields = [k for k in ("thinking", "content") if message.get(k)]
+        if len(fields) == 1 and set(message) <= {"role", "content", "thinking"}:
+            kind = "reasoning" if fields[0] == "thinking" else "text"
+            return Delta((kind,), kind, ("message", fields[0]))
+        return None
+    choices = obj.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict) or choices[0].get("finish_reason"):
+        return None
+    delta = choices[0].get("delta")
+    if not isinstance(delta, dict) or obj.get("usage"):
+        return None
+    present = [k for k, v in delta.items() if v not in (None, "") and k != "role"]
+    if len(present) != 1:
+        return None
+    name, base = present[0], ("choices", 0, "delta")
+    if name in _CHAT_TEXT and isinstance(delta[name], str):
+        return Delta((_CHAT_TEXT[name],), _CHAT_TEXT[name], (*base, name))
+    calls = delta.get("tool_calls")
+    if name == "tool_calls" and isinstance(calls, list) and len(calls) == 1 and set(calls[0]) == {"index", "function"}:
+        function = calls[0]["function"]
+        if isinstance(function, dict) and set(function) == {"arguments"} and isinstance(function["arguments"], str):
+            return Delta(("call", calls[0]["index"]), "args", (*base, "tool_calls", 0, "function", "arguments"))
+    return None
+
+
 DELTA_SPECS: dict[str, DeltaSpec] = {
     "anthropic-messages": _anthropic,
     "openai-responses": _openai,
     "bedrock-converse": _bedrock,
     "gemini-generate-content": _gemini_generate,
     "gemini-interactions": _gemini_interactions,
+    "openai-chat-completions": _chat_completions,
 }
 
 

@@ -1,9 +1,9 @@
-"""Issue 27's targets and their verdicts, from per-round figures (``make bench``, ``bench.ab``).
+"""The benchmark's targets and their verdicts, from per-round figures (``make bench``, ``bench.ab``).
 
 Pure functions: the harness measures, this judges — so the judging is unit-tested
 (tests/unit/test_bench_targets.py) apart from any broker.
 
-Rules, as issue 27 states them:
+Rules:
 
 * every figure is the **median of alternating rounds**, each round measuring the kinds it
   compares (a ratio or a difference is taken within a round), reported with its spread;
@@ -12,8 +12,8 @@ Rules, as issue 27 states them:
   busy CPU time less the benchmark's own processes', Kafka and Redis included) — and the
   loaded rounds are reported beside them; with no quiet round a latency target is
   **not judged** (a shared host's neighbours move a p99 by more than the targets allow).
-  Not the 1-minute load average, as the issue first put it: on 2 cores the benchmark's own
-  five busy processes keep that at 0.9–1.8 on an idle host, so no round was ever judged;
+  Not the 1-minute load average: on 2 cores the benchmark's own five busy processes keep
+  that at 0.9–1.8 on an idle host, so it would judge no round at all;
 * **throughput** is the worker against **main 1af85a6's worker** (:data:`BASELINE_KIND`, a git
   worktree of that commit) drained in the same round, not a recorded ratio: the worker's rate
   relative to the bare passthrough falls with the host's load (60 % at load 1.0–1.7, 42 % at
@@ -31,20 +31,20 @@ from dataclasses import dataclass
 
 QUIET_LOAD = 0.5
 """A round is quiet when the host's other processes (not the benchmark's, ``bench/hostload.py``)
-kept fewer than this many cores busy on average: a quarter of this 2-core host, where the
-issue's "load average below 1" left half of it to neighbours and counted the benchmark in."""
+kept fewer than this many cores busy on average: a quarter of a 2-core host (a "load average
+below 1" rule would leave half of it to neighbours and count the benchmark in)."""
 
 CPU_TO_FLOOR_MAX = 1.8
-"""Worker CPU per raw record ÷ the I/O-equivalent floor's, at most (issue 27: today ~2.6–2.9×)."""
+"""Worker CPU per raw record ÷ the I/O-equivalent floor's, at most (main 1af85a6's worker: ~2.6–2.9×)."""
 
 BASELINE_COMMIT = "1af85a6"
 BASELINE_KIND = f"worker@{BASELINE_COMMIT}"
-""""Today's" worker: main 1af85a6 (before issue 27's rewrite), drained in the same rounds."""
+"""The baseline worker: main 1af85a6 (before the delivery machine), drained in the same rounds."""
 THROUGHPUT_TO_BASELINE_MIN = 0.95
-""""Throughput not below today's": the worker's records/s ÷ main 1af85a6's worker's in the same
+"""Throughput not below the baseline's: the worker's records/s ÷ main 1af85a6's worker's in the same
 round, median of the quiet rounds, at least this. Not 1.0: the same tree against itself reads
 0.8–1.7× from round to round on the shared host, and a median of 5–7 such ratios lands either
-side of 1; 0.95 fails a worker measurably slower than today's, not a coin toss."""
+side of 1; 0.95 fails a worker measurably slower than the baseline, not a coin toss."""
 BASELINE_WORKER_TO_PASSTHROUGH = 0.602
 """Context only: main 1af85a6's worker ÷ bare passthrough, median of 5 rounds at load 1.0–1.7."""
 
@@ -137,7 +137,7 @@ def quiet_rounds(target: str, rounds: Sequence[Round], ok: Callable[[float], boo
     if quiet:
         parts.append(f"quiet rounds (neighbours < {QUIET_LOAD:g} cores): {_describe([r.value for r in quiet], fmt, unit)}, neighbours {_loads(quiet)}")
         if len(quiet) < 5:
-            parts.append(f"only {len(quiet)} quiet round{'s' if len(quiet) != 1 else ''} (the issue asks for ≥ 5)")
+            parts.append(f"only {len(quiet)} quiet round{'s' if len(quiet) != 1 else ''} (≥ 5 wanted)")
     else:
         parts.append(f"no quiet round (neighbours ≥ {QUIET_LOAD:g} cores in every round)" if rounds else "not measured in this run")
     if loaded:
@@ -183,7 +183,7 @@ def backlog_size(drain_rate: float, produce_rate: float, *, window_s: float = 3.
     The committed-offset slope is taken from 10 % to 90 % of the backlog, sampled every 50 ms:
     ``window_s`` of it needs ``drain_rate × window_s / 0.8`` records. The consumer is frozen
     while the backlog is produced (``bench.e2e.frozen``), and must be thawed before its group
-    session times out (aiokafka's 10 s): producing may take at most ``max_produce_s``, which
+    ``session.timeout.ms`` runs out (aiokafka's 10 s): producing may take at most ``max_produce_s``, which
     wins over the window on a host where the harness produces slower than the consumer drains
     (the window is then shorter, never empty). ``least`` / ``most`` bound it either way: a fixed
     40 000 either outran a fast host's producer or spent minutes on a slow one."""
@@ -193,14 +193,14 @@ def backlog_size(drain_rate: float, produce_rate: float, *, window_s: float = 3.
     return int(max(least, min(most, wanted)))
 
 
-# -- issue 27's list -------------------------------------------------------------------------
+# -- the list of targets ---------------------------------------------------------------------
 
 
 def _share(share: float) -> str:
     return f"{share:.0%} of the worker's maximum"
 
 
-def issue27(
+def verdicts(
     drain: Sequence[dict],
     latency: dict[float, Sequence[dict]],
     *,
@@ -210,13 +210,13 @@ def issue27(
     baseline: str = BASELINE_KIND,
     every: bool = True,
 ) -> list[Verdict]:
-    """Every target of issue 27 with its verdict, from per-round figures.
+    """Every target with its verdict, from per-round figures.
 
     ``drain``: one dict per alternating drain round, ``{"load": neighbours' cores (bench/hostload.py), "rate": {kind: records/s},
     "cpu": {kind: µs per raw record}}``. ``latency``: per share of the worker's maximum (0.25,
     0.5), one dict per round, ``{"load": …, "p50": {kind: ms}, "p99": {kind: ms}, "handoff":
     {kind: handoff_window(…)}}``. ``worker`` names the kind judged (``bench.ab`` may compare
-    ``worker@rev`` too); ``baseline`` today's worker, which throughput is judged against. ``every``: list targets this run did not measure, as NOT JUDGED
+    ``worker@rev`` too); ``baseline`` the worker throughput is judged against. ``every``: list targets this run did not measure, as NOT JUDGED
     (``make bench`` prints them all; ``bench.ab`` only what its kinds and mode measure)."""
     out: list[Verdict] = []
     who = "" if worker == "worker" else f" [{worker}]"
@@ -234,7 +234,7 @@ def issue27(
         context = f"worker / bare passthrough {statistics.median(pt):.1%} (main {BASELINE_COMMIT} recorded {BASELINE_WORKER_TO_PASSTHROUGH:.1%} at load 1.0–1.7)" if pt else ""
         out.append(
             quiet_at_least(
-                f"throughput not below today's: worker / main {BASELINE_COMMIT}'s worker, records/s in the same round ≥ {THROUGHPUT_TO_BASELINE_MIN:g}×{who}",
+                f"throughput not below the baseline's: worker / main {BASELINE_COMMIT}'s worker, records/s in the same round ≥ {THROUGHPUT_TO_BASELINE_MIN:g}×{who}",
                 rounds,
                 THROUGHPUT_TO_BASELINE_MIN,
                 unit="×",

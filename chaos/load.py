@@ -116,7 +116,7 @@ def _rewrite(data: bytes, rewrites: dict[bytes, bytes]) -> bytes:
 
 def _translate(envelope: RunEnvelope, events: list[ProviderEvent]) -> tuple[list[dict[str, Any]], list[Any]]:
     translator = translator_for(
-        envelope.grammar, run_id=envelope.run_id, thread_id=envelope.thread_id, model=envelope.model, issuer_scope=envelope.issuer_scope
+        envelope.grammar, run_id=envelope.run_id, thread_id=envelope.thread_id, model=envelope.model, issuer_scope=envelope.issuer_scope, issuer_provider=envelope.issuer_provider
     )
     out_events, artefacts = [], []
     for event in events:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.issuers import family
 
 SCHEMA: Literal["reasonwire.artefact.v1"] = "reasonwire.artefact.v1"
 
@@ -119,3 +120,38 @@ class ArtefactRecord(BaseModel):
         return f"ArtefactRecord({self.describe()!r}, entity_id={self.entity_id!r})"
 
     __str__ = __repr__
+
+
+AGUI_VERSIONS = ("1.0", "1.1")
+"""AG-UI versions reasonwire emits (``RW_AGUI_VERSION``): 1.1 only adds ``encryptedValueType``."""
+
+ENCRYPTED_VALUE_TYPES: dict[str, str] = {
+    "anthropic.thinking.signature": "anthropic.thinking_signature",
+    "anthropic.redacted_thinking.data": "anthropic.redacted_thinking",
+    "openai.reasoning.encrypted_content": "openai.encrypted_content",
+    "gemini.part.thoughtSignature": "gemini.thought_signature",
+    "gemini.interactions.thought.signature": "gemini.interactions.thought_signature",
+    "bedrock.reasoningContent.signature": "bedrock.reasoning_signature",
+    "bedrock.reasoningContent.redactedContent": "bedrock.redacted_content",
+    "openrouter.reasoning.text": "openrouter.reasoning.text",
+    "openrouter.reasoning.summary": "openrouter.reasoning.summary",
+    "openrouter.reasoning.encrypted": "openrouter.reasoning.encrypted",
+}
+"""Artefact kind → AG-UI 1.1 ``encryptedValueType``: what the value is, prefixed with the provider
+that issued it (the spec's own examples are ``anthropic.redacted_thinking`` and
+``openai.encrypted_content``). A consumer stores it with the value and returns both unmodified;
+a kind not listed (and not ``<provider>.reasoning_content``) has no type, and its value goes
+without one, which a 1.1 consumer must accept. Never a type without a value."""
+
+
+def encrypted_value_type(kind: str, provider: str | None = None) -> str | None:
+    """The ``encryptedValueType`` of a value of ``kind`` issued by ``provider`` (``Issuer.provider``):
+    the table's type, its prefix replaced by the issuing provider where one grammar is spoken by
+    several (Grok's ``encrypted_content`` is ``xai.encrypted_content``)."""
+    known = ENCRYPTED_VALUE_TYPES.get(kind)
+    if known is None:
+        head, _, tail = kind.partition(".")
+        known = kind if tail == "reasoning_content" and head else None  # <provider>.reasoning_content
+    if known is None or provider is None:
+        return known
+    return f"{family(provider)}{known[known.index('.') :]}"

@@ -39,6 +39,7 @@ _ENVELOPE: Final = (
     Header(envelope.HEADER_TENANT, "namespace of stored state (default: default)"),
     Header(envelope.HEADER_MODEL, "the requested model (part of the artefact issuer)"),
     Header(envelope.HEADER_ISSUER_SCOPE, "account / key / region the provider binds artefacts to"),
+    Header(envelope.HEADER_ISSUER_PROVIDER, "the provider behind a grammar many providers speak (deepseek, glm, ollama:<model>, …)"),
     Header(envelope.HEADER_SSE_EVENT, "the SSE event: name, when the ingress saw one"),
     Header(envelope.HEADER_CONTROL, "marks a control record without provider bytes: end or abort"),
 )

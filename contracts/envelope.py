@@ -23,6 +23,13 @@ HEADER_MODEL: Final = "rw-model"
 """The requested model; part of the artefact issuer (R8)."""
 HEADER_ISSUER_SCOPE: Final = "rw-issuer-scope"
 """Optional account / key / region / endpoint the provider binds artefacts to (R8)."""
+HEADER_ISSUER_PROVIDER: Final = "rw-issuer-provider"
+"""Optional: the provider (and model family) behind a grammar that many providers speak —
+``deepseek``, ``glm``, ``qwen``, ``kimi``, ``mistral``, ``vllm``, ``ollama:<model>``, … for
+``openai-chat-completions`` (values: ``reasonwire.contracts.issuers``). It becomes
+``Issuer.provider`` of the run's artefacts (R8) and decides whether readable reasoning is
+replay state. Optional within ``reasoning.raw.v1`` (a v1 reader ignores headers it does not
+know); absent, the translator derives it (``issuers.provider_from_stream``)."""
 HEADER_SSE_EVENT: Final = "rw-sse-event"
 """Optional SSE ``event:`` name, when the ingress saw one."""
 HEADER_CONTROL: Final = "rw-control"
@@ -56,6 +63,7 @@ class RawEnvelope(NamedTuple):
     issuer_scope: str | None
     sse_event: str | None
     control: Control | None
+    issuer_provider: str | None = None
 
 
 _ENVELOPE_HEADERS = (
@@ -68,6 +76,7 @@ _ENVELOPE_HEADERS = (
     HEADER_MODEL,
     HEADER_ISSUER_SCOPE,
     HEADER_SSE_EVENT,
+    HEADER_ISSUER_PROVIDER,
 )
 
 
@@ -99,7 +108,7 @@ def read_envelope(headers: Mapping[str, bytes | None], known_grammars: frozenset
     get = headers.get
     raw_run_id, raw_grammar, raw_seq, raw_control = get(HEADER_RUN_ID), get(HEADER_PROVIDER), get(HEADER_SEQ), get(HEADER_CONTROL)
     raw_thread, raw_tenant, raw_model = get(HEADER_THREAD_ID), get(HEADER_TENANT), get(HEADER_MODEL)
-    raw_scope, raw_sse = get(HEADER_ISSUER_SCOPE), get(HEADER_SSE_EVENT)
+    raw_scope, raw_sse, raw_issuer = get(HEADER_ISSUER_SCOPE), get(HEADER_SSE_EVENT), get(HEADER_ISSUER_PROVIDER)
     try:
         run_id = raw_run_id.decode() if raw_run_id else None
         grammar = raw_grammar.decode() if raw_grammar else None
@@ -110,6 +119,7 @@ def read_envelope(headers: Mapping[str, bytes | None], known_grammars: frozenset
         model = raw_model.decode() if raw_model else None
         issuer_scope = raw_scope.decode() if raw_scope else None
         sse_event = raw_sse.decode() if raw_sse else None
+        issuer_provider = raw_issuer.decode() if raw_issuer else None
     except UnicodeDecodeError:
         bad = next(name for name in _ENVELOPE_HEADERS if (value := get(name)) and not _is_utf8(value))
         raise EnvelopeError(f"header {bad} is not UTF-8") from None
@@ -126,4 +136,4 @@ def read_envelope(headers: Mapping[str, bytes | None], known_grammars: frozenset
         control = Control(control_text) if control_text is not None else None
     except ValueError:
         raise EnvelopeError(f"unknown control {control_text!r} in {HEADER_CONTROL}") from None
-    return RawEnvelope(grammar, run_id, thread_id or run_id, tenant or DEFAULT_TENANT, int(seq_text), model, issuer_scope, sse_event, control)
+    return RawEnvelope(grammar, run_id, thread_id or run_id, tenant or DEFAULT_TENANT, int(seq_text), model, issuer_scope, sse_event, control, issuer_provider)

@@ -1,7 +1,9 @@
 """Provider stream grammars reasonwire understands (the ``rw-provider`` header values).
 
 A grammar names a wire format, not a vendor: Gemini has two (generateContent
-chunks and Interactions step events) and each needs its own translator.
+chunks and Interactions step events) and each needs its own translator, and one
+format (Chat Completions) is spoken by many providers, told apart by the issuer's
+``provider``.
 """
 
 from enum import StrEnum
@@ -15,6 +17,10 @@ class Grammar(StrEnum):
     GEMINI_GENERATE_CONTENT = "gemini-generate-content"
     GEMINI_INTERACTIONS = "gemini-interactions"
     BEDROCK_CONVERSE = "bedrock-converse"
+    OPENAI_CHAT_COMPLETIONS = "openai-chat-completions"
+    """OpenAI Chat Completions chunks as open-model servers stream them (DeepSeek, vLLM, SGLang,
+    OpenRouter, Mistral, …) and Ollama's ``/api/chat`` lines; the provider behind a run is its
+    issuer's :attr:`~reasonwire.contracts.artefacts.Issuer.provider` (``contracts/issuers.py``)."""
 
     @property
     def provider_name(self) -> str:
@@ -28,4 +34,5 @@ _PROVIDER_NAMES = {
     Grammar.GEMINI_GENERATE_CONTENT: "gcp.gemini",
     Grammar.GEMINI_INTERACTIONS: "gcp.gemini",
     Grammar.BEDROCK_CONVERSE: "aws.bedrock",
+    Grammar.OPENAI_CHAT_COMPLETIONS: "openai",
 }

@@ -7,8 +7,9 @@ continuity needs.
 
 | data class | default |
 |---|---|
-| readable reasoning | streamed to trusted services in full; end-user UIs (``public``) see summaries only; not stored by reasonwire |
+| readable reasoning | streamed to trusted services in full; end-user UIs (``public``) see summaries only; not stored by reasonwire — except where the issuer requires it back (below) |
 | opaque state | streamed to trusted services only (never to ``public``); stored for ``ttl_s`` (7 days) for replay; never crosses a provider boundary |
+| readable reasoning the issuer requires back | DeepSeek / GLM / Kimi ``reasoning_content``, OpenRouter unsigned or summary ``reasoning_details`` (``reasonwire.contracts.issuers``): replay state, so the *opaque state* rule — stored, same TTL, issuer-bound, never announced as an encrypted value, never in telemetry; still streamed only as reasoning, to the audiences above |
 | raw provider events | never forwarded (no ``rawEvent``); kept only in the open-run journal while a run is open |
 | usage | published on ``reasoning.usage.v1`` |
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/cluster.sh - the clustered services of issue 16, on this machine, without Docker:
+# deploy/cluster.sh - clustered Kafka and Redis on this machine, without Docker:
 #
 #   bash deploy/cluster.sh up --redis-cluster        # 3 Redis masters + 3 replicas (cluster mode)
 #   bash deploy/cluster.sh up --kafka-brokers 3      # 3 KRaft nodes (broker+controller each), RF 3, min.insync 2

@@ -20,7 +20,7 @@
 #
 # If KAFKA_BOOTSTRAP_SERVERS / REDIS_URL are already set, `up` does not start that
 # service (the caller supplies it) and echoes the caller's value back — except a REDIS_URL
-# with a password, which is never printed (issue 23 item 12): it stays in the caller's
+# with a password, which is never printed: it stays in the caller's
 # environment, and every message shows it as redis://user:***@host….
 # See deploy/README.md for every variable, port and path.
 set -euo pipefail
@@ -56,7 +56,7 @@ REDIS_LOG="$REDIS_DIR/redis.log"
 log() { printf '[services] %s\n' "$*" >&2; }
 
 # redact_url URL: URL with its password (userinfo or ?password=) replaced by ***, for any
-# message: a secret never reaches the terminal or a CI log (issue 23 item 12).
+# message: a secret never reaches the terminal or a CI log.
 redact_url() {
     sed -E -e 's#^([A-Za-z][A-Za-z0-9+.-]*://)([^:@/]*):[^@/]*@#\1\2:***@#' -e 's#([?&]password=)[^&]*#\1***#' <<<"$1"
 }
@@ -321,8 +321,8 @@ inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 log.dirs=$KAFKA_DATA
 num.partitions=4
-# Topics only as the plan has them (reasonwire topics apply, RW_CREATE_TOPICS=true): a producer
-# that wrote first once created reasoning.raw.v1 with num.partitions (issue 24).
+# Topics only as the plan has them (reasonwire topics apply, RW_CREATE_TOPICS=true): otherwise a
+# producer that writes first creates reasoning.raw.v1 with num.partitions.
 auto.create.topics.enable=false
 offsets.topic.replication.factor=1
 transaction.state.log.replication.factor=1
@@ -334,7 +334,7 @@ EOF
 }
 
 # spawn_daemon DIR PIDFILE OUT CMD...: start CMD in DIR as a daemon and wait (up to 5 s) for
-# PIDFILE. setsid: own session, so a Ctrl-C / job-control kill of the caller leaves it
+# PIDFILE. setsid: detached from the caller's terminal, so a Ctrl-C / job-control kill of the caller leaves it
 # running. The inner bash writes its own pid and then execs CMD (same pid).
 # 9>&- : do not let the daemon inherit the state-dir lock (see lock_state).
 spawn_daemon() {
@@ -561,7 +561,7 @@ main() {
     shift || true
     case "$cmd" in
         up)
-            # up --redis-cluster / --kafka-brokers N: the clustered services (deploy/cluster.sh, issue 16)
+            # up --redis-cluster / --kafka-brokers N: the clustered services (deploy/cluster.sh)
             if (($#)); then exec bash "$SCRIPT_DIR/cluster.sh" up "$@"; fi
             cmd_up
             ;;

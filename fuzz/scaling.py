@@ -140,8 +140,30 @@ def anthropic_open_blocks(reps: int) -> list[bytes]:
     return [orjson.dumps(o) for o in objs]
 
 
+def chat_completions_repeated(reps: int) -> list[bytes]:
+    """A DeepSeek-shaped turn whose reasoning and parallel tool calls repeat ``reps`` times: Chat
+    Completions chunks name their tool calls by an ``index`` nested beside the choice's own
+    ``index``, so the generic shift does not apply."""
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        body = {"id": "cmpl-probe", "object": "chat.completion.chunk", "model": "deepseek-v4-pro"}
+        return orjson.dumps({**body, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+    lines = [chunk({"role": "assistant", "content": None, "reasoning_content": ""})]
+    for rep in range(reps):
+        lines += [chunk({"reasoning_content": piece}) for piece in ("Two lookups: ", "Beijing and ", "Shanghai. ")]
+        for i, city in enumerate(("Beijing", "Shanghai")):
+            index = 2 * rep + i
+            call = {"index": index, "id": f"call_{index}", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+            lines += [chunk({"tool_calls": [call]}), chunk({"tool_calls": [{"index": index, "function": {"arguments": '{"city":'}}]})]
+            lines.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": f'"{city}"}}'}}]}))
+    lines.append(chunk({}, "tool_calls"))
+    return lines
+
+
 PROBES: dict[str, tuple[str, Callable[[int], list[bytes]]]] = {
     **{g: (g, lambda reps, g=g: repeated_stream(g, reps)) for g in _SEED},
+    "openai-chat-completions": ("openai-chat-completions", chat_completions_repeated),
     "bedrock: text then signature deltas": ("bedrock-converse", bedrock_signatures),
     "anthropic: open text blocks, then thinking blocks": ("anthropic-messages", anthropic_open_blocks),
 }

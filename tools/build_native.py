@@ -64,6 +64,7 @@ MODULES = (
     "workers/translators/gemini_generate_content.py",
     "workers/translators/gemini_interactions.py",
     "workers/translators/openai_responses.py",
+    "workers/translators/openai_chat_completions.py",
     "workers/ops/telemetry/registry.py",
     "contracts/envelope.py",
 )

@@ -20,13 +20,13 @@ traceback (:mod:`reasonwire.workers.ops.errors`). Exit statuses, every command:
   without ``RW_CREATE_TOPICS``, a gateway port already taken): input with no events,
   a stream of another grammar;
 * 3 — a service (the Kafka broker, Redis) is unreachable;
-* 130 — interrupted (Ctrl-C), quietly even during the start-up (:mod:`reasonwire.workers.launch`).
+* 130 — interrupted (Ctrl-C), quietly even during the start-up (:mod:`reasonwire.workers.ops.interrupts`).
 """
 
 from __future__ import annotations
 
 if __name__ == "__main__":  # `python -m reasonwire.workers.cli`: quiet Ctrl-C during the imports below
-    from reasonwire.workers.launch import hold_interrupts
+    from reasonwire.workers.ops.interrupts import hold_interrupts
 
     hold_interrupts()
 
@@ -43,12 +43,14 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, NoReturn, TypeVar
 
 
+from reasonwire.contracts.artefacts import AGUI_VERSIONS
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.workers.commands import ingest as ingress_cli
 from reasonwire.workers.core.translator import Translation, Translator
+from reasonwire.workers.core.events import with_value_types
 from reasonwire.workers.core.wire import event_json, record_json
 from reasonwire.workers.commands import gateway as gateway_command
-from reasonwire.workers.launch import release_interrupts
+from reasonwire.workers.ops.interrupts import release_interrupts
 from reasonwire.workers.services.ingress.recognition import GrammarGate, NotThisGrammar
 from reasonwire.workers.ops.errors import UserError
 from reasonwire.workers.commands import replay as replay_command
@@ -116,10 +118,19 @@ def _parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("translate", help="translate one provider stream to AG-UI events (offline)", **settings_epilog())
     tr.add_argument("--provider", required=True, choices=[g.value for g in Grammar], help="the stream's grammar")
     tr.add_argument("--artefacts", metavar="PATH", help="write artefact records (JSONL) here")
+    tr.add_argument(
+        "--agui-version",
+        choices=AGUI_VERSIONS,
+        default="1.0",
+        help="AG-UI version of the events (default 1.0); 1.1 adds encryptedValueType to every encrypted value",
+    )
     tr.add_argument("--run-id", help="run id (default: the provider's response id)")
     tr.add_argument("--thread-id", help="thread id (default: the run id)")
     tr.add_argument("--model", help="model, when the stream does not name it")
     tr.add_argument("--issuer-scope", help="account/key/region the provider binds artefacts to")
+    tr.add_argument(
+        "--issuer-provider", help="who issued the stream where a grammar has many providers (openai-chat-completions: deepseek, glm, ollama:<model>, …)"
+    )
     tr.add_argument("input", nargs="?", default="-", help="capture file, or - for stdin (default)")
     tr.set_defaults(command=_translate)
     rp = sub.add_parser(
@@ -268,12 +279,13 @@ def _translate(args: argparse.Namespace) -> int:
             thread_id=args.thread_id,
             model=args.model,
             issuer_scope=args.issuer_scope,
+            issuer_provider=args.issuer_provider,
             # grammars whose stream names no response (Bedrock) still get a run id per capture
             fallback_run_id="run-" + digest,
         )
         text = io.TextIOWrapper(source, encoding="utf-8-sig", errors="strict")
         try:
-            return _run(translator, read_events(text), sys.stdout.buffer, artefacts)
+            return _run(translator, read_events(text), sys.stdout.buffer, artefacts, agui_version=args.agui_version)
         except UnicodeDecodeError as exc:
             raise UserError(f"{_name(args.input)} is not UTF-8 text ({exc.reason} at byte {exc.start} of a read)") from None
     finally:
@@ -324,9 +336,13 @@ class _Progress:
     warnings: Counter[str] = field(default_factory=Counter)
     """Warnings met per code: each code is named :data:`REPEATS_SHOWN` times, then only counted."""
     status: int = 0
+    agui_version: str = "1.0"
+    """The version the events are written in (``--agui-version``)."""
 
 
-def _run(translator: Translator, events: Iterable[ProviderEvent], out: BinaryIO, artefacts: BinaryIO | None) -> int:
+def _run(
+    translator: Translator, events: Iterable[ProviderEvent], out: BinaryIO, artefacts: BinaryIO | None, *, agui_version: str = "1.0"
+) -> int:
     """Feed each event as it is read and write its output at once (flushed per line).
 
     Until an event is recognised (handled, or rejected as malformed), the output (``RUN_STARTED``)
@@ -334,7 +350,7 @@ def _run(translator: Translator, events: Iterable[ProviderEvent], out: BinaryIO,
     the same recognition ``ingest`` and ``POST /v1/ingest`` use): a stream of another grammar
     then ends with one line, "this is not an X stream", and exit 2 — never with an invented run.
     A stream with no event at all says so (exit 2)."""
-    progress = _Progress()
+    progress = _Progress(agui_version=agui_version)
     gate: GrammarGate[int | None] = GrammarGate(translator, hold=None)
     try:
         for event in events:
@@ -354,7 +370,10 @@ def _run(translator: Translator, events: Iterable[ProviderEvent], out: BinaryIO,
 
 
 def _emit(translation: Translation, out: BinaryIO, artefacts: BinaryIO | None, *, input_line: int | None, progress: _Progress) -> None:
-    for event in translation.events:
+    events = translation.events
+    if progress.agui_version != "1.0" and translation.artefacts:
+        events = with_value_types(events, translation.artefacts)
+    for event in events:
         out.write(event_json(event) + b"\n")
     if artefacts is not None:
         for record in translation.artefacts:

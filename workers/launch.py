@@ -1,36 +1,14 @@
-"""The ``reasonwire`` console script: quiet Ctrl-C from the first instant (issue 23 item 9).
+"""The ``reasonwire`` console script: quiet Ctrl-C from the first instant.
 
-Importing the command line (pydantic models, aiokafka, the translators) takes a second or more
-on a loaded machine, and a ``KeyboardInterrupt`` raised anywhere in there printed a traceback
-from deep inside an import (or pydantic turned it into a ``SchemaError``, exit 1). So this module
-imports nothing heavy: it makes Ctrl-C end the process at once with status 130 and no output,
-then imports the command line. Once a command has checked its settings and services and starts
-its real work, :func:`release_interrupts` gives SIGINT back to Python (``KeyboardInterrupt``),
-which the commands handle themselves: a worker or the gateway shuts down cleanly, ``ingest``
-publishes ``abort``, ``translate`` flushes what it wrote.
+Importing the command line takes a second or more on a loaded machine; this module imports
+nothing heavy, holds Ctrl-C (:mod:`reasonwire.workers.ops.interrupts`: the process ends at once
+with status 130 and no output), then imports the command line, whose commands give SIGINT back
+to Python once they start their real work.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-from types import FrameType
-
-
-def _exit_interrupted(signum: int, frame: FrameType | None) -> None:
-    os._exit(130)  # nothing to clean up yet: nothing was started, nothing written
-
-
-def hold_interrupts() -> None:
-    """Ctrl-C ends the process at once (130), quietly — unless SIGINT is ignored (a background job)."""
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _exit_interrupted)
-
-
-def release_interrupts() -> None:
-    """Ctrl-C raises ``KeyboardInterrupt`` again (only if :func:`hold_interrupts` had changed it)."""
-    if signal.getsignal(signal.SIGINT) is _exit_interrupted:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+from reasonwire.workers.ops.interrupts import hold_interrupts
 
 
 def main() -> int:

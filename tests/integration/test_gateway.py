@@ -185,7 +185,30 @@ async def test_http_ingress_publishes_records_as_the_chunked_body_arrives(spawn_
         assert no_key.status_code == 401
 
 
+async def test_http_ingress_takes_ollama_ndjson_and_the_issuer_provider_header(gateway: GatewayProcess, primed_group: Any) -> None:
+    """Ollama's /api/chat NDJSON is one event per line over HTTP too, and ``RW-Issuer-Provider``
+    rides every raw record as ``rw-issuer-provider``; a value outside the id grammar is a 400
+    before anything is published."""
+    run_id, thread_id = _ids("gw-ndjson")
+    ndjson = (CAPTURE.parents[1] / "openai-chat-completions" / "h_ollama_ndjson.jsonl").read_bytes()
+    headers = {**auth("acme-public"), "RW-Run-Id": run_id, "RW-Thread-Id": thread_id, "RW-Issuer-Provider": "ollama:qwen3:8b"}
+    url = f"{gateway.url}/v1/ingest/openai-chat-completions"
+    async with httpx.AsyncClient(timeout=60) as client:
+        bad = await client.post(url, content=ndjson, headers={**headers, "RW-Issuer-Provider": "not a provider"})
+        assert bad.status_code == 400 and "issuer provider" in bad.text
+        response = await client.post(url, content=ndjson, headers=headers)
+        assert response.status_code == 200, response.text
+        assert response.json()["published"] == len(ndjson.splitlines())
+    records = await _raw_messages(primed_group.kafka_bootstrap_servers, run_id, len(ndjson.splitlines()) + 1)
+    assert [m.value for m in records if m.value is not None] == ndjson.splitlines()
+    assert all(dict(m.headers).get("rw-issuer-provider") == b"ollama:qwen3:8b" for m in records)
+
+
 async def _raw_values(bootstrap: str, run_id: str, count: int) -> list[bytes]:
+    return [m.value for m in await _raw_messages(bootstrap, run_id, count)]
+
+
+async def _raw_messages(bootstrap: str, run_id: str, count: int) -> list[Any]:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
     await consumer.start()
     try:
@@ -193,10 +216,10 @@ async def _raw_values(bootstrap: str, run_id: str, count: int) -> list[bytes]:
         parts = [TopicPartition(topics.RAW, p) for p in consumer.partitions_for_topic(topics.RAW) or ()]
         consumer.assign(parts)
         await consumer.seek_to_beginning(*parts)
-        found: list[bytes] = []
+        found: list[Any] = []
         for _ in range(60):
             for batch in (await consumer.getmany(timeout_ms=300)).values():
-                found += [m.value for m in batch if m.key == run_id.encode()]
+                found += [m for m in batch if m.key == run_id.encode()]
             if len(found) >= count:
                 break
         return found

@@ -9,6 +9,7 @@ byte-identical to the provider's values.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -130,3 +131,34 @@ async def test_worker_killed_mid_run_is_replaced_and_loses_nothing(spawn_worker:
 
     c = await _half_then_rest(producer, runs, kill_and_replace, primed_group.kafka_bootstrap_servers)
     _assert_nothing_lost(c, runs)
+
+
+async def test_deepseek_reasoning_content_is_stored_byte_for_byte_and_read_back_by_the_store_R3_R8(
+    spawn_worker: Any, producer: Any, redis: Any, primed_group: Any
+) -> None:
+    """The Chat Completions grammar through the worker: a DeepSeek tool-call turn published with
+    ``rw-issuer-provider: deepseek`` leaves its whole reasoning text in Redis as one complete
+    ``deepseek.reasoning_content`` record bound to that provider, never announced on the topic;
+    a vLLM turn named ``vllm`` leaves nothing."""
+    worker = spawn_worker()
+    worker.wait_assigned()
+    folder = Path(__file__).resolve().parents[1] / "fixtures" / "openai-chat-completions"
+    tag = uuid.uuid4().hex[:6]
+    runs = []
+    for name, provider in (("c1_deepseek_tool_loop_turn1", "deepseek"), ("d_vllm_reasoning_field", "vllm")):
+        run = RunEnvelope("openai-chat-completions", f"chat-{name[:2]}-{tag}", f"thread-chat-{name[:2]}-{tag}", tenant="acme", issuer_provider=provider)
+        with (folder / f"{name}.jsonl").open() as f:
+            await send(producer, list(raw_records(run, read_events(f))))
+        runs.append((name, run))
+    async with Collector(primed_group.kafka_bootstrap_servers) as c:
+        await c.until(lambda c: all(c.finished(run.run_id) for _, run in runs))
+    store = ArtefactStore(redis, artefact_ttl_s=60, journal_ttl_s=60)
+    (_, deepseek), (_, vllm) = runs
+    [stored] = await store.thread_artefacts("acme", deepseek.thread_id)
+    expected = json.loads((folder / "c1_deepseek_tool_loop_turn1.expected.json").read_text())
+    assert stored.value == expected["reasoning_messages"][0]["text"] and stored.complete
+    assert (stored.kind, stored.issuer.provider, stored.native.value_path) == ("deepseek.reasoning_content", "deepseek", ["reasoning_content"])
+    assert stored.entity_id == next(e["messageId"] for e in c.stream(deepseek.run_id) if e["type"] == "REASONING_MESSAGE_START")
+    assert not any(e["type"] == "REASONING_ENCRYPTED_VALUE" for e in c.stream(deepseek.run_id))
+    assert_valid_stream(c.stream(deepseek.run_id))
+    assert await store.thread_artefacts("acme", vllm.thread_id) == []

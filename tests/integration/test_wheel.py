@@ -27,6 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from reasonwire.contracts.grammars import Grammar
 from reasonwire.workers.ops.settings import WorkerSettings
 from tests.integration.gateway_support import GatewayProcess
 
@@ -123,7 +124,7 @@ def test_demo_from_the_installed_wheel_publishes_the_shipped_samples(wheel: Path
     site-packages that could never exist)."""
     with zipfile.ZipFile(wheel) as whl:
         shipped = {n for n in whl.namelist() if n.startswith("reasonwire/workers/commands/samples/")}
-    assert len(shipped) == 10 and all(whl_name.endswith(".jsonl") for whl_name in shipped)
+    assert len(shipped) == 2 * len(Grammar) and all(whl_name.endswith(".jsonl") for whl_name in shipped)
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
     offline_first([venv / "bin" / "python", "-m", "pip", "install", "--quiet", wheel], [wheel], cwd=tmp_path)
@@ -135,7 +136,7 @@ def test_demo_from_the_installed_wheel_publishes_the_shipped_samples(wheel: Path
     }
     done = run(venv / "bin" / "reasonwire", "demo", cwd=tmp_path, env=env, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "published 10 sample streams" in done.stderr
+    assert f"published {2 * len(Grammar)} sample streams" in done.stderr
     finished = [line for line in done.stdout.splitlines() if "RUN_FINISHED" in line]
-    assert len(finished) == 10, done.stdout[-3000:]
+    assert len(finished) == 2 * len(Grammar), done.stdout[-3000:]
     assert "artefacts stored in Redis" in done.stdout

@@ -118,10 +118,10 @@ def by_target(verdicts: list[targets.Verdict]) -> dict[str, str]:
 
 def test_every_target_is_listed_even_unmeasured_issue27() -> None:
     """``make bench`` prints each of issue 27's targets with a verdict, whatever was skipped."""
-    verdicts = targets.issue27([], {})
+    verdicts = targets.verdicts([], {})
     assert len(verdicts) == 1 + 1 + 2 + 2 + 3  # CPU, throughput, 25 %: p99 + p50, 50 %: p99 + p50, hand-off ×3
     assert {v.status for v in verdicts} == {"NOT JUDGED"}
-    assert targets.issue27([], {}, every=False) == []
+    assert targets.verdicts([], {}, every=False) == []
 
 
 def test_cpu_is_judged_on_every_round_and_throughput_on_quiet_rounds_within_a_round_issue27() -> None:
@@ -136,26 +136,26 @@ def test_cpu_is_judged_on_every_round_and_throughput_on_quiet_rounds_within_a_ro
         drain_round(0.2, worker=4000, today=8000, cpu_worker=120, cpu_floor=40),
         drain_round(5.0, worker=8000, today=4000, cpu_worker=120, cpu_floor=40),
     ]
-    got = by_target(targets.issue27(drain, {}, every=False))
+    got = by_target(targets.verdicts(drain, {}, every=False))
     cpu = next(k for k in got if k.startswith("CPU per raw record"))
     tp = next(k for k in got if k.startswith("throughput"))
     assert got[cpu] == "FAIL"  # median of 1.5, 1.5, 3.0, 3.0 = 2.25: the loaded round counts for CPU
     assert got[tp] == "PASS"  # quiet rounds: median(0.96, 1.0, 0.5) = 0.96 ≥ 0.95
     drain[0]["rate"]["worker"] = 4700.0  # 0.94
-    assert by_target(targets.issue27(drain, {}, every=False))[tp] == "FAIL"  # with the loaded round (2.0) it would pass
+    assert by_target(targets.verdicts(drain, {}, every=False))[tp] == "FAIL"  # with the loaded round (2.0) it would pass
     del drain[3]
-    assert by_target(targets.issue27(drain, {}, every=False))[cpu] == "PASS"  # 1.5, 1.5, 3.0: a ratio of medians (110/40) would fail
+    assert by_target(targets.verdicts(drain, {}, every=False))[cpu] == "PASS"  # 1.5, 1.5, 3.0: a ratio of medians (110/40) would fail
     for d in drain:
         d["load"] = 1.5  # cores busy besides the benchmark
-    assert by_target(targets.issue27(drain, {}, every=False))[tp] == "NOT JUDGED"
+    assert by_target(targets.verdicts(drain, {}, every=False))[tp] == "NOT JUDGED"
 
 
 def test_throughput_without_todays_worker_in_the_rounds_is_not_judged_issue27() -> None:
     drain = [drain_round(0.2, worker=9000, today=1, cpu_worker=1, cpu_floor=1)]
     del drain[0]["rate"][targets.BASELINE_KIND]
-    [tp] = [v for v in targets.issue27(drain, {}) if v.target.startswith("throughput")]
+    [tp] = [v for v in targets.verdicts(drain, {}) if v.target.startswith("throughput")]
     assert tp.status == "NOT JUDGED" and targets.BASELINE_KIND in tp.figures
-    assert not [v for v in targets.issue27(drain, {}, worker=targets.BASELINE_KIND, every=False) if v.target.startswith("throughput")]
+    assert not [v for v in targets.verdicts(drain, {}, worker=targets.BASELINE_KIND, every=False) if v.target.startswith("throughput")]
 
 
 def test_end_to_end_latency_is_the_difference_within_a_round_at_each_share_issue27() -> None:
@@ -170,13 +170,13 @@ def test_end_to_end_latency_is_the_difference_within_a_round_at_each_share_issue
         ],
         0.5: [latency_round(0.1, w=(10, 42), p=(20, 30)), latency_round(3.0, w=(10, 30), p=(20, 30)), latency_round(3.0, w=(10, 30), p=(20, 30))],
     }
-    got = targets.issue27([], lat, every=False)
+    got = targets.verdicts([], lat, every=False)
     assert [v.status for v in got] == ["PASS", "PASS", "FAIL", "PASS"]  # 25 % (p99, p50), then 50 % (p99, p50)
     assert "25% of the worker's maximum: added p99" in got[0].target and "≤ 3 ms" in got[0].target
     assert "50% of the worker's maximum: added p99" in got[2].target and "≤ 10 ms" in got[2].target
     lat[0.25][2] = latency_round(0.1, w=(25, 48), p=(20, 40))
     lat[0.25][0] = latency_round(0.1, w=(21, 31), p=(20, 30))  # p50 +1, 0, +5 → median +1 > 0
-    assert targets.issue27([], lat, every=False)[1].status == "FAIL"
+    assert targets.verdicts([], lat, every=False)[1].status == "FAIL"
 
 
 def hand(cont50: float, cont99: float, term99: float | None) -> dict:
@@ -192,7 +192,7 @@ def test_handoff_targets_at_25_percent_on_quiet_rounds_issue27() -> None:
             latency_round(4.0, w=(1, 1), p=(1, 1), handoff=hand(50.0, 90.0, 99.0)),
         ]
     }
-    got = [v for v in targets.issue27([], lat, every=False) if "inside the worker" in v.target]
+    got = [v for v in targets.verdicts([], lat, every=False) if "inside the worker" in v.target]
     # quiet rounds only: continuing p50 median(1.5, 2.5, 1.9) = 1.9 ≤ 2; p99 median(9, 11, 9.5) = 9.5 ≤ 10;
     # terminal p99 median(19, 22) = 20.5 > 20 (the round with no terminal output has no figure)
     assert [v.status for v in got] == ["PASS", "PASS", "FAIL"]
@@ -202,16 +202,16 @@ def test_handoff_targets_at_25_percent_on_quiet_rounds_issue27() -> None:
 
 def test_handoff_terminal_at_the_limit_passes_and_above_fails_issue27() -> None:
     rounds = [latency_round(0.1, w=(1, 1), p=(1, 1), handoff=hand(1, 1, t)) for t in (19.0, 21.0)]
-    term = [v for v in targets.issue27([], {0.25: rounds}, every=False) if "terminal" in v.target][0]
+    term = [v for v in targets.verdicts([], {0.25: rounds}, every=False) if "terminal" in v.target][0]
     assert term.status == "PASS"  # median 20.0 ≤ 20
     rounds = [latency_round(0.1, w=(1, 1), p=(1, 1), handoff=hand(1, 1, t)) for t in (19.0, 21.5)]
-    term = [v for v in targets.issue27([], {0.25: rounds}, every=False) if "terminal" in v.target][0]
+    term = [v for v in targets.verdicts([], {0.25: rounds}, every=False) if "terminal" in v.target][0]
     assert term.status == "FAIL"  # median 20.25
 
 
 def test_handoff_is_only_judged_at_25_percent_issue27() -> None:
     rounds = [latency_round(0.1, w=(1, 1), p=(1, 1), handoff=hand(99, 99, 99))]
-    assert not [v for v in targets.issue27([], {0.5: rounds}, every=False) if "inside the worker" in v.target]
+    assert not [v for v in targets.verdicts([], {0.5: rounds}, every=False) if "inside the worker" in v.target]
 
 
 # -- figures ---------------------------------------------------------------------------------

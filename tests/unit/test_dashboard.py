@@ -34,6 +34,8 @@ def expressions(dashboard: dict[str, Any] | None = None) -> list[str]:
 
     walk(dashboard["panels"])
     for variable in dashboard.get("templating", {}).get("list", []):
+        if variable.get("type") == "datasource":  # its query is a plugin id (prometheus), not PromQL
+            continue
         query = variable.get("query")
         if isinstance(query, dict):
             query = query.get("query")

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from reasonwire.workers.ops.health import NO_METRICS, HealthServer, wait_for_topics
+from reasonwire.workers.ops.health import NO_METRICS, HealthServer
 from reasonwire.workers.ops.telemetry import exporters_from_env, setup_telemetry
-from reasonwire.workers.io.topics_admin import TopicsMissing
+from reasonwire.workers.io.topics_admin import TopicsMissing, wait_for_topics
 
 
 async def _get(port: int, path: str) -> httpx.Response:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from reasonwire.workers.replay import BUILDERS
 from reasonwire.contracts.artefacts import ArtefactRecord
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.replay import ReplayTarget
@@ -23,7 +24,8 @@ from tests.agui_client import client_messages
 from tests.conformance.oracle import LOCAL_FIXTURES, Output, assert_valid_stream, translate_lines
 from tests.unit.test_replay_roundtrip import expected_of, request_model
 
-ALL = list(Grammar)
+ALL = [g for g in Grammar if g in BUILDERS]
+"""Every grammar with a replay builder."""
 
 ERROR_LINE: dict[Grammar, dict[str, Any]] = {
     Grammar.OPENAI_RESPONSES: {
@@ -35,6 +37,7 @@ ERROR_LINE: dict[Grammar, dict[str, Any]] = {
     Grammar.BEDROCK_CONVERSE: {"modelStreamErrorException": {"message": "interrupted", "originalStatusCode": 529}},
     Grammar.GEMINI_GENERATE_CONTENT: {"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}},
     Grammar.GEMINI_INTERACTIONS: {"event_type": "error", "error": {"code": "unavailable", "message": "overloaded"}},
+    Grammar.OPENAI_CHAT_COMPLETIONS: {"error": {"message": "overloaded", "type": "service_unavailable_error", "code": "server_overloaded"}},
 }
 """Each grammar's mid-stream error (OpenAI ``response.failed``, Anthropic ``overloaded_error``,
 Bedrock ``modelStreamErrorException``, Gemini 503, Interactions ``error``; REFERENCE §1.5–§5.2)."""
@@ -242,6 +245,7 @@ ID_RULES: dict[Grammar, tuple[str, int | None]] = {
     Grammar.OPENAI_RESPONSES: (r".+", None),  # call_id: no documented constraint
     Grammar.GEMINI_INTERACTIONS: (r".+", None),  # function_call.id: no documented constraint
     Grammar.GEMINI_GENERATE_CONTENT: (r".+", None),  # minted ids are never sent
+    Grammar.OPENAI_CHAT_COMPLETIONS: (r".+", None),  # tool_calls[].id: no documented constraint
 }
 TARGET_MODELS = {
     Grammar.ANTHROPIC_MESSAGES: "claude-sonnet-4-5",
@@ -249,6 +253,7 @@ TARGET_MODELS = {
     Grammar.OPENAI_RESPONSES: "gpt-5",
     Grammar.GEMINI_INTERACTIONS: "gemini-3-flash-preview",
     Grammar.GEMINI_GENERATE_CONTENT: "gemini-2.5-flash",
+    Grammar.OPENAI_CHAT_COMPLETIONS: "deepseek-v4-pro",
 }
 
 
@@ -257,6 +262,9 @@ def call_and_result_ids(grammar: Grammar, items: list[dict[str, Any]]) -> tuple[
     results: list[str] = []
     for item in items:
         kind = item.get("type")
+        calls += [call["id"] for call in item.get("tool_calls") or []]  # Chat Completions
+        if item.get("role") == "tool":
+            results.append(item["tool_call_id"])
         if kind == "function_call":
             calls.append(item.get("call_id", item.get("id")))
         elif kind in ("function_call_output", "function_result"):

@@ -19,6 +19,7 @@ import socket
 import sys
 
 from reasonwire.workers.ops.errors import ServiceUnreachable, UserError
+from reasonwire.workers.ops.interrupts import release_interrupts
 from reasonwire.workers.ops.settings import GatewaySettings
 
 
@@ -85,8 +86,6 @@ def serve(settings: GatewaySettings, keys: object, listener: socket.socket) -> i
     import uvicorn
 
     from reasonwire.workers.services.gateway.app import create_app
-
-    from reasonwire.workers.launch import release_interrupts
 
     release_interrupts()  # from here uvicorn's own shutdown on SIGINT/SIGTERM
     host, port = listener.getsockname()[:2]

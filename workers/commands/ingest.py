@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tenant", default="default", help="tenant namespace (default: default)")
     parser.add_argument("--model", help="the requested model: artefacts are bound to it and replayed only to it")
     parser.add_argument("--issuer-scope", help="account/key/region the provider binds artefacts to")
+    parser.add_argument(
+        "--issuer-provider", help="who issued the stream where a grammar has many providers (openai-chat-completions: deepseek, glm, ollama:<model>, …)"
+    )
     parser.add_argument("input", nargs="?", default="-", help="capture file (SSE or JSONL), or - for stdin (default)")
 
 
@@ -46,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_id("run id", args.run_id)
         check_id("thread id", args.thread_id or args.run_id)
+        if args.issuer_provider is not None:
+            check_id("issuer provider", args.issuer_provider)
     except BadId as exc:
         print(f"reasonwire: error: {exc}", file=sys.stderr)
         return 2
@@ -129,6 +134,7 @@ async def _ingest(args: argparse.Namespace, source: BinaryIO) -> int:
             tenant=args.tenant,
             model=args.model,
             issuer_scope=args.issuer_scope,
+            issuer_provider=args.issuer_provider,
             check_grammar=True,  # the first events are held until recognised, as `translate` does
         ) as run:
             while (chunk := await chunks.get()) != _EOF:

@@ -1,13 +1,13 @@
 """``reasonwire replay``: the next request's provider-native history, from the command line.
 
-``reasonwire replay --provider GRAMMAR [--model M] [--issuer-scope S] [--artefacts FILE]
+``reasonwire replay --provider GRAMMAR [--model M] [--issuer-scope S] [--issuer-provider P] [--artefacts FILE]
 [--tenant T] [--thread-id T] [--honour-client-omissions] [FILE|-]`` reads a JSON
 ``RunAgentInput`` (or a bare messages array) as the client holds it — or the AG-UI events
 ``reasonwire translate`` wrote (JSONL), folded by :class:`~reasonwire.workers.replay.consumer.AgUiConsumer`
 as a client folds them, so ``translate`` → ``replay`` needs no hand-built history — and writes one
 JSON object to stdout: OpenAI ``{"input": …}``, Anthropic ``{"messages": …}``,
 Gemini generateContent ``{"contents": …}``, Gemini Interactions ``{"input": …}``,
-Bedrock ``{"messages": …}`` (plus the grammar's system field when the history
+Bedrock ``{"messages": …}``, Chat Completions ``{"messages": …}`` (plus the grammar's system field when the history
 has system messages). Artefacts come from ``--artefacts`` (the JSONL ``reasonwire
 translate --artefacts`` writes) or else from Redis at ``REDIS_URL`` for
 ``--tenant`` and the thread (``--thread-id``, default the input's ``threadId``).
@@ -37,6 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--provider", required=True, choices=[g.value for g in Grammar], help="the next request's grammar")
     parser.add_argument("--model", help="the next request's model (default: the thread's latest issuer model)")
     parser.add_argument("--issuer-scope", help="account/key/region the next request goes to, as configured")
+    parser.add_argument(
+        "--issuer-provider",
+        help="the provider the next request goes to where many speak the grammar (deepseek, glm, "
+        "openrouter:<format>, xai, …; default: the grammar's own)",
+    )
     parser.add_argument("--artefacts", metavar="FILE", help="artefact records (JSONL); default: Redis at REDIS_URL")
     parser.add_argument("--tenant", default="default", help="tenant whose Redis artefacts are read (default: default)")
     parser.add_argument("--thread-id", help="thread whose Redis artefacts are read (default: the input's threadId)")
@@ -56,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
         history = _read_json(args.input)
         _, thread_id = read_history(history)
         artefacts = _artefacts(args, args.thread_id or thread_id)
-        target = ReplayTarget(grammar=Grammar(args.provider), model=args.model, scope=args.issuer_scope)
+        target = ReplayTarget(
+            grammar=Grammar(args.provider), model=args.model, scope=args.issuer_scope, provider=args.issuer_provider
+        )
         result = replay(
             history,
             artefacts,

@@ -41,6 +41,13 @@ class HeldArtefact:
     """``native`` fields that keep growing while the unit is open (Bedrock's reasoning text):
     computed once, when the record is made, instead of on every value that arrives (which
     made a stream of many signatures quadratic)."""
+    announce: bool = True
+    """False for readable replay state (DeepSeek's ``reasoning_content``, an OpenRouter summary):
+    stored and replayed like an opaque value, never sent as ``REASONING_ENCRYPTED_VALUE`` — it is
+    not encrypted, and its text already reached the audiences allowed to read it."""
+    provider: str | None = None
+    """The issuer's provider when it is not the run's (an OpenRouter ``reasoning_details`` item
+    names its own: ``openrouter:<format>``); None: the run's issuer."""
 
 
 class ArtefactLedger:
@@ -98,7 +105,8 @@ class ArtefactLedger:
         if not artefact.value:  # empty: never announced, never complete
             self._records.append(self._record(artefact, complete=False))
             return
-        self._run.encrypted_value(artefact.subtype, artefact.entity_id, artefact.value)
+        if artefact.announce:
+            self._run.encrypted_value(artefact.subtype, artefact.entity_id, artefact.value)
         self._records.append(self._record(artefact, complete=True))
 
     def abandon_all(self) -> None:
@@ -117,12 +125,16 @@ class ArtefactLedger:
             subtype=artefact.subtype,
             entity_id=artefact.entity_id,
             value=artefact.value,
-            issuer=self._issuer,
+            issuer=self._issuer if artefact.provider is None else _with_provider(self._issuer, artefact.provider),
             native=artefact.native,
             run_id=self._run.run_id,
             thread_id=self._run.thread_id,
             complete=complete,
         )
+
+
+def _with_provider(issuer: Issuer, provider: str) -> Issuer:
+    return issuer if issuer.provider == provider else issuer.model_copy(update={"provider": provider})
 
 
 def _refresh(held: HeldArtefact) -> None:

@@ -16,16 +16,21 @@ serialization to give the same bytes. :func:`as_model` gives the typed model to
 a caller that wants one.
 
 This module is the only place that knows the wire field names; the producer
-discipline (``reasonwire.workers.core.discipline``) is the only caller.
+discipline (``reasonwire.workers.core.discipline``) is the only caller, but for
+:func:`with_value_types`, which the normalizer and ``translate`` apply when
+``RW_AGUI_VERSION`` is 1.1 (the events stay 1.0 otherwise).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
 from ag_ui.core import BaseEvent, Event
 from pydantic import TypeAdapter, ValidationError
+
+from reasonwire.contracts.artefacts import ArtefactRecord, encrypted_value_type
 
 WireEvent = dict[str, Any]
 """One AG-UI event in its 1.0 wire shape (camelCase keys, no nulls)."""
@@ -130,6 +135,24 @@ def reasoning_message_end(message_id: str, metadata: dict[str, Any] | None) -> W
 
 def reasoning_encrypted_value(subtype: str, entity_id: str, value: str) -> WireEvent:
     return {"type": "REASONING_ENCRYPTED_VALUE", "subtype": subtype, "entityId": entity_id, "encryptedValue": value}
+
+
+def with_value_types(events: list[WireEvent], records: Iterable[ArtefactRecord]) -> list[WireEvent]:
+    """AG-UI 1.1: each ``REASONING_ENCRYPTED_VALUE`` with the ``encryptedValueType`` of the record
+    it announces (the ledger makes both at once, so they leave the translator together). A value
+    whose kind has no type goes without one; a type never goes without its value (PR #2888)."""
+    types: dict[tuple[str, str, str], str] = {}
+    for record in records:
+        kind = encrypted_value_type(record.kind, record.issuer.provider)
+        if kind is not None:
+            types[(record.subtype.value, record.entity_id, record.value)] = kind
+    if not types:
+        return events
+    out: list[WireEvent] = []
+    for event in events:
+        typed = types.get((event["subtype"], event["entityId"], event["encryptedValue"])) if event["type"] == "REASONING_ENCRYPTED_VALUE" else None
+        out.append({**event, "encryptedValueType": typed} if typed is not None else event)
+    return out
 
 
 def text_message_start(message_id: str, metadata: dict[str, Any] | None) -> WireEvent:

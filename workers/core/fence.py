@@ -275,3 +275,12 @@ def witnessed(commits: Iterable[str | bytes | None]) -> Witnessed:
                 shards[key] = shard
     out.shards = list(shards.values())
     return out
+
+
+class StoreLost(Exception):
+    """The store's epoch is missing or changed, or its write count went back (:class:`Witness`):
+    Redis lost (some of) its data. The store raises it; the worker's failure handling and health
+    (below the store) name it, so it lives with the rule that defines it."""
+
+    def __init__(self, message: str = "the store's epoch is missing or changed, or its write count went back: Redis lost data") -> None:
+        super().__init__(message)

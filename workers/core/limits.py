@@ -54,15 +54,15 @@ def may_nest_deeper(text: bytes | str, limit: int = MAX_NESTING) -> bool:
     return text.count("{") + text.count("[") > limit
 
 
-def too_deep(text: bytes | str, parsed: Any) -> bool:
+def too_deep(text: bytes | str | bytearray, parsed: Any) -> bool:
     """Whether one parsed provider event (``parsed`` from ``text``) is over ``MAX_NESTING``.
 
     Once per provider event: :func:`may_nest_deeper`'s pre-check is written out here (one call
     per event instead of two; issue 27 item 3)."""
-    if isinstance(text, bytes):
-        brackets = text.count(b"{") + text.count(b"[")
-    else:
+    if isinstance(text, str):
         brackets = text.count("{") + text.count("[")
+    else:  # bytes, or a bytearray a caller read into
+        brackets = text.count(b"{") + text.count(b"[")
     return brackets > MAX_NESTING and nesting_exceeds(parsed)
 
 

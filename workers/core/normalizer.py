@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
 from reasonwire.contracts import topics
-from reasonwire.contracts.artefacts import ArtefactRecord
+from reasonwire.contracts.artefacts import AGUI_VERSIONS, ArtefactRecord
 from reasonwire.contracts.envelope import (
     HEADER_EVENT_SEQ,
     HEADER_PROVIDER,
@@ -67,7 +67,7 @@ from reasonwire.workers.core import events as ev
 from reasonwire.workers.core.audience import AudienceFilter
 from reasonwire.workers.core.delivery import DeadLetterCode, OutputLimits, dead_letter_headers, fit_dead_letter, record_size
 from reasonwire.workers.core.discipline import METADATA_KEY
-from reasonwire.workers.core.events import WireEvent
+from reasonwire.workers.core.events import WireEvent, with_value_types
 from reasonwire.workers.core.fence import SilenceClock, next_head
 from reasonwire.workers.core.translator import ErrorCode, RunEnd, RunTranslator, Translation, TranslatorFactory, TranslatorWarning
 from reasonwire.workers.core.wire import event_json, record_json
@@ -334,8 +334,13 @@ class Normalizer:
         translators: TranslatorFactory,
         limits: OutputLimits | None = None,
         grammars: Iterable[Grammar | str] | None = None,
+        agui_version: str = "1.0",
     ) -> None:
         self.policies = policies or PolicyBook()
+        if agui_version not in AGUI_VERSIONS:
+            raise ValueError(f"AG-UI version {agui_version!r}: expected one of {', '.join(AGUI_VERSIONS)}")
+        self.agui_version = agui_version
+        """``RW_AGUI_VERSION``: at 1.1 each encrypted value carries its ``encryptedValueType``."""
         self._translator_for = translators
         """Makes each run's translator (``reasonwire.workers.translators.translator_for``): handed
         in, so the core never imports the translators built on it (issue 27)."""
@@ -754,6 +759,7 @@ class Normalizer:
             thread_id=env.thread_id,
             model=env.model,
             issuer_scope=env.issuer_scope,
+            issuer_provider=env.issuer_provider,
         )
         policy = self.policies.for_tenant(env.tenant)
         base: KafkaHeaders = [
@@ -799,6 +805,8 @@ class Normalizer:
                 _count(state, events)
             return
         if events:
+            if self.agui_version != "1.0" and translation.artefacts:
+                events = with_value_types(events, translation.artefacts)
             self._emit(state, events, step)
         policy = state.policy
         if policy.opaque_state.store:

@@ -17,8 +17,10 @@ import json
 import re
 from typing import Any
 
-TEXT_FIELDS = frozenset({"delta", "text", "thinking", "partial_json", "arguments", "refusal", "input"})
-"""The fields that carry streamed text in the five grammars (the only place a cut can fall)."""
+TEXT_FIELDS = frozenset(
+    {"delta", "text", "thinking", "partial_json", "arguments", "refusal", "input", "content", "reasoning_content", "reasoning", "summary"}
+)
+"""The fields that carry streamed text in the six grammars (the only place a cut can fall)."""
 
 REPLACEMENT = "\ufffd"
 
@@ -59,7 +61,7 @@ def split_high(text: str) -> tuple[str, str]:
     return text, ""
 
 
-def loads_with_lone_surrogates(raw: bytes | str, error: Exception) -> Any:
+def loads_with_lone_surrogates(raw: bytes | str | bytearray, error: Exception) -> Any:
     """The event, when orjson refused it only for a lone surrogate in a text field; else None."""
     if "surrogate" not in str(error):
         return None

@@ -70,6 +70,7 @@ from mypy_extensions import mypyc_attr
 from reasonwire.contracts.artefacts import ArtefactRecord, Issuer
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.usage import NO_TOKENS, UsageRecord
+from reasonwire.workers.core.arguments import type_name
 from reasonwire.workers.core.artefacts import ArtefactLedger, HeldArtefact
 from reasonwire.workers.core.discipline import DisciplineViolation, RunPhase, StreamDiscipline
 from reasonwire.workers.core.errors import ProviderGrammarError
@@ -176,7 +177,15 @@ class TranslatorFactory(Protocol):
     so the core naming them would be the one arrow that runs upward (issue 27)."""
 
     def __call__(
-        self, grammar: Grammar, /, *, run_id: str, thread_id: str, model: str | None, issuer_scope: str | None
+        self,
+        grammar: Grammar,
+        /,
+        *,
+        run_id: str,
+        thread_id: str,
+        model: str | None,
+        issuer_scope: str | None,
+        issuer_provider: str | None = None,
     ) -> RunTranslator: ...
 
 
@@ -199,12 +208,15 @@ class Translator:
         model: str | None = None,
         issuer_scope: str | None = None,
         fallback_run_id: str | None = None,
+        issuer_provider: str | None = None,
     ) -> None:
         self._run_id = run_id
         self._fallback_run_id = fallback_run_id
         self._thread_id = thread_id
         self.model = model
         self.issuer_scope = issuer_scope
+        self.issuer_provider = issuer_provider
+        """The provider the producer stated (``rw-issuer-provider``), for grammars many providers speak."""
         self.response_id: str | None = None
         self.event_name = ""
         """The event type the current event was dispatched on (its own field, or its SSE name)."""
@@ -247,8 +259,16 @@ class Translator:
     def ended(self) -> bool:
         return self._run is not None and self._run.phase is RunPhase.ENDED
 
-    def feed(self, raw: bytes | str, *, sse_event: str | None = None, at_ms: float | None = None) -> Translation:
+    def feed(self, raw: Any, *, sse_event: str | None = None, at_ms: float | None = None) -> Translation:
         """Translate one provider event (the SSE ``data:`` payload, unchanged).
+
+        ``raw`` is the event as received: ``bytes`` (or ``str``, ``bytearray``). Anything else — a
+        dict the caller parsed, None — raises ``TypeError`` and leaves the run as it was: the
+        translator's input is the provider's own bytes, which it compares for duplicate deliveries
+        and dead-letters unchanged, so it never takes a parsed object to re-encode. The check costs
+        nothing on the way of bytes or str: it runs only once orjson has refused the input (``raw``
+        is typed ``Any`` so that the compiled build, which checks annotated types on entry, gives
+        the same error, not its own).
 
         The hot path of the whole system (one call per provider event): it keeps to
         local lookups and one dispatch; everything unusual branches off it.
@@ -263,6 +283,8 @@ class Translator:
             try:
                 obj = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
+                if not isinstance(raw, _PROVIDER_BYTES):  # checked here, off the hot path: orjson refused it
+                    raise _NotProviderBytes(type_name(raw)) from None
                 obj = loads_with_lone_surrogates(raw, exc)
                 halves = obj is not None
             if run is None:
@@ -270,6 +292,8 @@ class Translator:
             if halves:  # a character cut between two events: the discipline joins its halves
                 self.run.join_surrogates = True
             if at_ms is not None and self._first_at_ms is None:
+                if type(at_ms) not in (int, float):  # once per run
+                    raise _NotProviderBytes(type_name(at_ms), argument="at_ms")
                 self._first_at_ms = at_ms
             if type(obj) is not dict:
                 return self._reject("event is not a JSON object")
@@ -295,6 +319,9 @@ class Translator:
             if at_ms is not None and (self.time_to_first_reasoning_ms is None or self.time_to_first_text_ms is None):
                 self._note_timing(at_ms)
             return self._collect()
+        except _NotProviderBytes as exc:  # the caller's mistake, not a bug: the run is left as it was
+            self.line -= 1
+            raise TypeError(exc.message()) from None
         except Exception as exc:  # noqa: BLE001 - the safety net: a bug must not poison the partition
             return self._internal_error(exc)
 
@@ -305,8 +332,18 @@ class Translator:
         except Exception as exc:  # noqa: BLE001 - the safety net, as in feed()
             return self._internal_error(exc)
 
-    def abort(self, reason: str = "the connection to the provider dropped", *, code: ErrorCode = ErrorCode.INTERRUPTED) -> Translation:
-        """The ingress lost the stream (or went silent): close the run as interrupted."""
+    def abort(
+        self, reason: object = "the connection to the provider dropped", *, code: ErrorCode | str = ErrorCode.INTERRUPTED
+    ) -> Translation:
+        """The ingress lost the stream (or went silent): close the run as interrupted. ``code`` is an
+        :class:`ErrorCode` or its value; anything else raises before the run is touched."""
+        if not isinstance(reason, str):
+            raise TypeError(f"abort() reason must be a string saying why the stream ended, not {type_name(reason)}")
+        if not isinstance(code, ErrorCode):
+            choices = ", ".join(c.value for c in ErrorCode)
+            if not isinstance(code, str) or code not in {c.value for c in ErrorCode}:
+                raise ValueError(f"abort() code must be an ErrorCode ({choices}), not {code!r}"[:300])
+            code = ErrorCode(code)
         try:
             return self._end_of_input(reason, code)
         except Exception as exc:  # noqa: BLE001 - the safety net, as in feed()
@@ -368,6 +405,11 @@ class Translator:
         self.counters["empty_signatures"] += 1
         self._warn("empty_signature", f"empty {field} on {where}: {outcome}")
 
+    def usage_provider(self) -> str:
+        """Hook: the ``TokenUsage.provider`` label (default: the grammar's provider; a grammar many
+        providers speak names the run's own)."""
+        return self.grammar.provider_name
+
     def before_abnormal_end(self) -> None:
         """Hook: the run is about to end with units open (error, interruption, malformed input),
         before held values become incomplete records; a grammar puts its units in order here."""
@@ -384,8 +426,13 @@ class Translator:
         instead of failing the run; with other bytes it is handled as usual."""
         return None
 
-    def _redelivered(self, key: Hashable, raw: bytes | str) -> bool:
-        digest = hash(raw)
+    def _redelivered(self, key: Hashable, raw: bytes | str | bytearray) -> bool:
+        try:
+            digest = hash(raw)
+        except TypeError:  # a bytearray is unhashable; off the hot path
+            if not isinstance(raw, bytearray):
+                raise
+            digest = hash(bytes(raw))
         seen = self._delivered.get(key)
         if seen is not None:
             return seen == digest
@@ -413,10 +460,12 @@ class Translator:
         provider cut the output (a token limit), so units still open close marked incomplete."""
         self._finish_now(stop_reason=stop_reason, pending_tool_call_ids=pending_tool_call_ids, truncated=truncated)
 
-    def defer_finish(self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None = None) -> None:
+    def defer_finish(
+        self, *, stop_reason: str | None, pending_tool_call_ids: list[str] | None = None, truncated: bool = False
+    ) -> None:
         """The terminal event arrived but a trailer (usage) may follow: finish on it or at EOF."""
         self.stop_reason = stop_reason
-        self._deferred_end = {"stop_reason": stop_reason, "pending_tool_call_ids": pending_tool_call_ids}
+        self._deferred_end = {"stop_reason": stop_reason, "pending_tool_call_ids": pending_tool_call_ids, "truncated": truncated}
 
     def complete_deferred_finish(self) -> None:
         if self._deferred_end is not None:
@@ -432,13 +481,13 @@ class Translator:
 
     # -- internals -----------------------------------------------------------------
 
-    def _start(self, obj: dict[str, Any] | None, raw: bytes | str) -> None:
+    def _start(self, obj: dict[str, Any] | None, raw: bytes | str | bytearray) -> None:
         response_id, model = self.stream_identity(obj) if obj is not None else (None, None)
         self.response_id = response_id
         self.model = model or self.model  # what the stream says produced it wins over the request
         run_id = self._run_id or response_id or self._fallback_run_id or _fallback_run_id(raw)
         self._run = StreamDiscipline(run_id=run_id, thread_id=self._thread_id or run_id)
-        self._ledger = ArtefactLedger(self._run, _issuer(self.grammar, self.model, self.issuer_scope))
+        self._ledger = ArtefactLedger(self._run, _issuer(self.grammar, self.model, self.issuer_scope, self.issuer_provider))
         self._run.start_run(metadata={"grammar": self.grammar.value, "model": self.model})
 
     def _finish_now(
@@ -497,7 +546,7 @@ class Translator:
             self._warn("usage_out_of_range", f"usage {', '.join(over)} beyond AG-UI's range (0 … 2^53-1) left out")
             for name in over:
                 counts[name] = None
-        return token_usage(provider=self.grammar.provider_name, model=self.model, **counts)
+        return token_usage(provider=self.usage_provider(), model=self.model, **counts)
 
     def _internal_error(self, exc: Exception) -> Translation:
         """The safety net: end the run with ``RUN_ERROR`` ``internal_error`` and reject the event.
@@ -550,12 +599,34 @@ class Translator:
 
 
 @lru_cache(maxsize=1024)
-def _issuer(grammar: Grammar, model: str | None, scope: str | None) -> Issuer:
-    """Issuers are immutable and few (grammar × model × scope): built once each."""
-    return Issuer(grammar=grammar, model=model, scope=scope)
+def _issuer(grammar: Grammar, model: str | None, scope: str | None, provider: str | None = None) -> Issuer:
+    """Issuers are immutable and few (grammar × model × scope × provider): built once each."""
+    return Issuer(grammar=grammar, model=model, scope=scope, provider=provider)
 
 
-def _fallback_run_id(raw: bytes | str) -> str:
+_PROVIDER_BYTES = (bytes, str, bytearray)
+"""What ``feed`` takes: one provider event as received."""
+
+
+class _NotProviderBytes(Exception):
+    """``feed`` was handed something other than a provider event's bytes (a parsed dict, None)."""
+
+    def __init__(self, got: str, *, argument: str = "raw") -> None:
+        super().__init__(got)
+        self.got = got
+        self.argument = argument
+
+    def message(self) -> str:
+        if self.argument == "at_ms":
+            return f"feed() at_ms must be a number of milliseconds (int or float) or None, not {self.got}"
+        return (
+            f"feed() takes one provider event as received — bytes or str, the SSE data: payload unchanged — "
+            f"not {self.got}: a translator reads the provider's own bytes (duplicate deliveries are compared "
+            "and bad events dead-lettered byte for byte), so pass the line, not a parsed object"
+        )
+
+
+def _fallback_run_id(raw: bytes | str | bytearray) -> str:
     """A deterministic run id when neither the caller nor the stream names one."""
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw  # lone surrogates hash too
     return "run-" + hashlib.sha256(data).hexdigest()[:16]

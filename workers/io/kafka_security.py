@@ -25,82 +25,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import deque
-import os
 import ssl
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-
-
-class KafkaSecurityError(ValueError):
-    """A security setting that cannot work; the message names the variable, not its value."""
-
-
-@dataclass(frozen=True)
-class KafkaSecurity:
-    """The security settings of a Kafka client (see the module docstring for the variables)."""
-
-    protocol: str = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: str | None = None
-    ssl_cafile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> KafkaSecurity:
-        """The settings as given, not yet checked (:meth:`check`); their variables are the fields of
-        :class:`reasonwire.workers.ops.settings.KafkaSettings`, named there once."""
-        from reasonwire.workers.ops.settings import KafkaSettings
-
-        env = os.environ if env is None else env
-        names = KafkaSettings.env_names()
-
-        def get(field: str) -> str | None:
-            return (env.get(names[field]) or "").strip() or None
-
-        return cls(
-            protocol=(get("kafka_security_protocol") or "PLAINTEXT").upper(),
-            sasl_mechanism=(get("kafka_sasl_mechanism") or "").upper() or None,
-            sasl_username=get("kafka_sasl_username"),
-            sasl_password=get("kafka_sasl_password"),
-            ssl_cafile=get("kafka_ssl_cafile"),
-            ssl_certfile=get("kafka_ssl_certfile"),
-            ssl_keyfile=get("kafka_ssl_keyfile"),
-        )
-
-    @property
-    def uses_sasl(self) -> bool:
-        return self.protocol.startswith("SASL_")
-
-    @property
-    def uses_tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
-
-    def check(self) -> None:
-        """Raise :class:`KafkaSecurityError` for a combination that cannot work."""
-        if self.protocol not in PROTOCOLS:
-            raise KafkaSecurityError(f"KAFKA_SECURITY_PROTOCOL must be one of {', '.join(PROTOCOLS)}")
-        if self.uses_sasl:
-            if self.sasl_mechanism not in MECHANISMS:
-                raise KafkaSecurityError(f"KAFKA_SASL_MECHANISM must be one of {', '.join(MECHANISMS)} with {self.protocol}")
-            if not self.sasl_username or not self.sasl_password:
-                raise KafkaSecurityError(f"KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD are required with {self.protocol}")
-        elif self.sasl_mechanism:
-            raise KafkaSecurityError(f"KAFKA_SASL_MECHANISM is set but KAFKA_SECURITY_PROTOCOL is {self.protocol} (use SASL_SSL or SASL_PLAINTEXT)")
-        files = {"KAFKA_SSL_CAFILE": self.ssl_cafile, "KAFKA_SSL_CERTFILE": self.ssl_certfile, "KAFKA_SSL_KEYFILE": self.ssl_keyfile}
-        if not self.uses_tls and any(files.values()):
-            named = ", ".join(name for name, path in files.items() if path)
-            raise KafkaSecurityError(f"{named} set but KAFKA_SECURITY_PROTOCOL is {self.protocol} (use SSL or SASL_SSL)")
-        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
-            raise KafkaSecurityError("KAFKA_SSL_CERTFILE and KAFKA_SSL_KEYFILE go together")
-        for name, path in (("KAFKA_SSL_CAFILE", self.ssl_cafile), ("KAFKA_SSL_CERTFILE", self.ssl_certfile), ("KAFKA_SSL_KEYFILE", self.ssl_keyfile)):
-            if path and not os.access(path, os.R_OK):
-                raise KafkaSecurityError(f"{name}: cannot read {path}")
+# The settings and their check are configuration (the fields of KafkaSettings); named here too,
+# beside the clients they configure.
+from reasonwire.workers.ops.settings import KafkaSecurity as KafkaSecurity, KafkaSecurityError as KafkaSecurityError
 
 
 def ssl_context(security: KafkaSecurity) -> ssl.SSLContext:

@@ -17,35 +17,22 @@ import inspect
 import os
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import parse_url
 
-_CLUSTER_SCHEMES = {"redis-cluster": "redis", "rediss-cluster": "rediss"}
+# a cluster URL's format is part of REDIS_URL's validation; named here too, beside the client
+from reasonwire.workers.ops.settings import CLUSTER_SCHEMES, RedisWaitSettings, cluster_nodes as cluster_nodes
+
 _TRUE = {"1", "true", "yes", "on"}
 
 
 def wants_cluster(url: str, env: Mapping[str, str] | None = None) -> bool:
     """A ``redis-cluster://`` URL, or ``RW_REDIS_CLUSTER`` (:class:`~reasonwire.workers.ops.settings.RedisSettings`) set."""
     env = os.environ if env is None else env
-    return urlsplit(url).scheme in _CLUSTER_SCHEMES or (env.get("RW_REDIS_CLUSTER") or "").strip().lower() in _TRUE
-
-
-def cluster_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
-    """The URL redis-py can parse (first node, plain scheme) and every listed ``host:port``."""
-    parts = urlsplit(url)
-    scheme = _CLUSTER_SCHEMES.get(parts.scheme, parts.scheme)
-    userinfo, _, hosts = parts.netloc.rpartition("@")
-    nodes = []
-    for item in hosts.split(","):
-        host, _, port = item.strip().rpartition(":")
-        if not host:
-            host, port = port, "6379"
-        nodes.append((host.strip("[]"), int(port)))
-    first = f"{userinfo + '@' if userinfo else ''}{nodes[0][0]}:{nodes[0][1]}"
-    return urlunsplit((scheme, first, parts.path, parts.query, "")), nodes
+    return urlsplit(url).scheme in CLUSTER_SCHEMES or (env.get("RW_REDIS_CLUSTER") or "").strip().lower() in _TRUE
 
 
 def connect(url: str, env: Mapping[str, str] | None = None, **kwargs: Any) -> Redis | RedisCluster:
@@ -95,8 +82,6 @@ def redis_wait(env: Mapping[str, str] | None = None) -> dict[str, int]:
     replicas must acknowledge a batch that ends a run, within ``RW_REDIS_WAIT_TIMEOUT_MS``
     (default 1000) — past that the terminal event goes out anyway and the worker logs it.
     Read through :class:`~reasonwire.workers.ops.settings.RedisWaitSettings` (a bad value: one line naming it)."""
-    from reasonwire.workers.ops.settings import RedisWaitSettings
-
     wait = RedisWaitSettings.from_env(env)
     return {"wait_replicas": wait.redis_wait_replicas, "wait_timeout_ms": wait.redis_wait_timeout_ms}
 

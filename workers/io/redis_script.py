@@ -32,13 +32,26 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import hiredis
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
-from reasonwire.workers.io.redis_slots import Op
+
+@dataclass(frozen=True)
+class Op:
+    """One write: a redis-py pipeline method, its key (first argument) and the rest."""
+
+    method: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return str(self.args[0])
+
 
 _EPOCH_FIRST = """
 if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end

@@ -47,23 +47,11 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from reasonwire.contracts.store import shard_count_key
+from reasonwire.workers.io.redis_script import WRITE_OPS, WRITE_OPS_SHA, Op as Op, write_call
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError, TimeoutError as RedisTimeoutError
 
 log = logging.getLogger("reasonwire.store")
-
-
-@dataclass(frozen=True)
-class Op:
-    """One write: a redis-py pipeline method, its key (first argument) and the rest."""
-
-    method: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        return str(self.args[0])
 
 
 def slot_of(key: str | bytes) -> int:
@@ -230,8 +218,6 @@ class SlotWriter:
     async def _write_master(
         self, name: str, groups: list[tuple[int, list[Op], list[tuple[int, Fence]]]], wait: bool, count: bool, journal_ttl_s: int
     ) -> tuple[list[tuple[int, Any]], list[int], dict[int, int]]:
-        from reasonwire.workers.io.redis_script import WRITE_OPS, WRITE_OPS_SHA, write_call  # it imports Op from here
-
         client = self._client(name)
         pipe = client.pipeline(transaction=False)  # one connection; the MULTI/EXEC are ours
         loading = any(f for _, _, f in groups) and name not in self._scripted

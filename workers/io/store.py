@@ -40,7 +40,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from reasonwire.contracts.artefacts import ArtefactRecord
 from reasonwire.contracts.store import artefact_key, artefact_slot, ended_key, journal_key, shard_count_key, thread_index_key, thread_runs_key
-from reasonwire.workers.core.fence import Witness, Witnessed, journal_resumable, shards_behind
+from reasonwire.workers.core.fence import StoreLost as StoreLost, Witness, Witnessed, journal_resumable, shards_behind
 from reasonwire.workers.core.normalizer import HEAD_SEQ, JournalEntry, RunKey, Step
 from reasonwire.workers.core.wire import record_json
 from reasonwire.workers.io.redis_script import HEAD_FIELD, READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
@@ -72,13 +72,6 @@ lower count went back in time (restored from an older copy: it keeps its id); it
 replaced by a new one marked lost, whose count starts at the witness. ARGV[6] '1': a shard of a
 Redis Cluster went back (its counters, ``workers/core/fence.py``): replace the epoch ARGV[5] all the
 same (only if it is still the store's: racing workers replace it once)."""
-
-
-class StoreLost(Exception):
-    """The store's epoch is missing or changed, or its write count went back: Redis lost (some of) its data."""
-
-    def __init__(self, message: str = "the store's epoch is missing or changed, or its write count went back: Redis lost data") -> None:
-        super().__init__(message)
 
 
 class RunsMoved(Exception):

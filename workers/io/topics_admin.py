@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from dataclasses import dataclass, field
 
@@ -23,6 +23,9 @@ from aiokafka.errors import TopicAlreadyExistsError
 from reasonwire.contracts import topics
 from reasonwire.contracts.topic_plan import ActualTopic, Difference, TopicSpec, changes, diff, missing, refusal
 from reasonwire.workers.io.kafka_security import client_kwargs
+from reasonwire.workers.ops.health import HealthServer, wait_until_allowed
+
+T = TypeVar("T")
 
 
 class TopicsMissing(RuntimeError):
@@ -240,6 +243,21 @@ async def apply_plan(
         return done
     finally:
         await admin.close()
+async def wait_for_topics(ensure: Callable[[], Awaitable[T]], health: HealthServer | None = None, *, interval_s: float = 5.0) -> T:
+    """``ensure()`` (create or check the topics), again every ``interval_s`` while it finds
+    topics missing: one warning line when the wait starts, ``/readyz`` 503 naming them meanwhile,
+    one line when they are there. ``RW_CREATE_TOPICS=true`` creates them on the first call."""
+    result: list[T] = []
+
+    async def obstacle() -> tuple[str, dict[str, Any]] | None:
+        try:
+            result.append(await ensure())
+        except TopicsMissing as exc:
+            return f"{exc}; waiting for them", {"topics_missing": exc.names}
+        return None
+
+    await wait_until_allowed(obstacle, health, interval_s=interval_s, resumed="the topics are there: starting")
+    return result[-1]
 
 
 @contextlib.contextmanager

@@ -23,10 +23,10 @@ Adapter code around the pure :mod:`reasonwire.workers.core.backoff` (issue 13, f
   tick, a 0.1 s sleep in the loop (ten wake-ups a second), and the requests
   themselves: a probe every few seconds, a scrape every 15–60 s, whose collection
   runs in a worker thread (a sync endpoint).
-* :func:`wait_for_topics` — a worker that finds its topics missing (``RW_CREATE_TOPICS``
-  unset, the topics Job or init step not done yet) reports not ready and waits for
-  them, with one log line, instead of exiting (a crash loop under a Deployment or
-  ``restart: unless-stopped``; issue 23 item 2).
+* :func:`wait_until_allowed` — a worker that finds something in its way at start-up (its
+  topics missing: :func:`reasonwire.workers.io.topics_admin.wait_for_topics`; an evicting
+  Redis) reports not ready and waits, with one log line, instead of exiting (a crash loop
+  under a Deployment or ``restart: unless-stopped``; issue 23 item 2).
 * :class:`HealthMetrics` — failed polls, retries and store losses (counters) and
   consumer lag per partition (an observable gauge), through the guarded
   telemetry (P8: attributes from the allowlist only).
@@ -40,17 +40,16 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
 from reasonwire.workers.core.backoff import Failure
-from reasonwire.workers.io.store import StoreLost
+from reasonwire.workers.core.fence import StoreLost
 
 log = logging.getLogger("reasonwire.health")
-T = TypeVar("T")
 
 # -- classification ----------------------------------------------------------------------
 
@@ -300,25 +299,6 @@ def _json(status: int, body: dict[str, Any]) -> Any:
     except TypeError as exc:
         status, payload = 503, orjson.dumps({"ready": False, "error": type(exc).__name__})
     return Response(payload, status_code=status, media_type="application/json")
-
-
-async def wait_for_topics(ensure: Callable[[], Awaitable[T]], health: HealthServer | None = None, *, interval_s: float = 5.0) -> T:
-    """``ensure()`` (create or check the topics), again every ``interval_s`` while it finds
-    topics missing: one warning line when the wait starts, ``/readyz`` 503 naming them meanwhile,
-    one line when they are there. ``RW_CREATE_TOPICS=true`` creates them on the first call."""
-    from reasonwire.workers.io.topics_admin import TopicsMissing
-
-    result: list[T] = []
-
-    async def missing() -> tuple[str, dict[str, Any]] | None:
-        try:
-            result.append(await ensure())
-        except TopicsMissing as exc:
-            return f"{exc}; waiting for them", {"topics_missing": exc.names}
-        return None
-
-    await wait_until_allowed(missing, health, interval_s=interval_s, resumed="the topics are there: starting")
-    return result[-1]
 
 
 async def wait_until_allowed(

@@ -31,16 +31,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """Prometheus' text exposition format (what ``prometheus_client.generate_latest`` writes)."""
 
 
-def prometheus_reader() -> tuple[Any, Any]:
-    """A pull reader on a registry of its own (never the process-global one: each
-    :class:`~reasonwire.workers.ops.telemetry.Telemetry` — and each test — scrapes only its own)."""
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from prometheus_client import CollectorRegistry
-
-    registry = CollectorRegistry(auto_describe=False)
-    return PrometheusMetricReader(registry=registry), registry
-
-
 HTTP_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 """The OpenTelemetry HTTP semantic conventions' advised boundaries for ``http.server.request.duration``."""
 
@@ -87,12 +77,12 @@ class GatewayMetrics:
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 
-        from reasonwire.workers.ops.telemetry import _resource
+        from reasonwire.workers.ops.telemetry import prometheus_reader, service_resource
 
         self.gateway = gateway
         reader, self.registry = prometheus_reader()
         view = View(instrument_name="http.server.request.duration", aggregation=ExplicitBucketHistogramAggregation(HTTP_DURATION_BUCKETS))
-        self.provider = MeterProvider(resource=_resource(service="reasonwire-gateway"), metric_readers=[reader], views=[view])
+        self.provider = MeterProvider(resource=service_resource(service="reasonwire-gateway"), metric_readers=[reader], views=[view])
         meter = self.provider.get_meter("reasonwire")
 
         def observe(value: Any) -> Any:

@@ -21,10 +21,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 from pathlib import Path
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
-from urllib.parse import urlsplit
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Self
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -32,14 +34,28 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from reasonwire.contracts.policy import PolicyBook
 from reasonwire.workers.ops.errors import ConfigurationError
 
-if TYPE_CHECKING:
-    from reasonwire.workers.io.kafka_security import KafkaSecurity
-
 NonEmpty = Annotated[str, Field(min_length=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis-cluster", "rediss-cluster")
+CLUSTER_SCHEMES = {"redis-cluster": "redis", "rediss-cluster": "rediss"}
+"""A Redis Cluster URL's scheme → the plain one redis-py parses (``workers/io/redis_connect.py``)."""
+
+
+def cluster_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """The URL redis-py can parse (first node, plain scheme) and every listed ``host:port``."""
+    parts = urlsplit(url)
+    scheme = CLUSTER_SCHEMES.get(parts.scheme, parts.scheme)
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    nodes = []
+    for item in hosts.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host:
+            host, port = port, "6379"
+        nodes.append((host.strip("[]"), int(port)))
+    first = f"{userinfo + '@' if userinfo else ''}{nodes[0][0]}:{nodes[0][1]}"
+    return urlunsplit((scheme, first, parts.path, parts.query, "")), nodes
 
 
 class Settings(BaseSettings):
@@ -112,6 +128,77 @@ def bootstrap_servers(value: str) -> str:
     return value
 
 
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class KafkaSecurityError(ValueError):
+    """A security setting that cannot work; the message names the variable, not its value."""
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """The security settings of a Kafka client, as :class:`KafkaSettings` reads them (its fields name
+    the variables); :mod:`reasonwire.workers.io.kafka_security` turns them into client arguments."""
+
+    protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> KafkaSecurity:
+        """The settings as given, not yet checked (:meth:`check`); their variables are the fields of
+        :class:`KafkaSettings`, named there once."""
+        env = os.environ if env is None else env
+        names = KafkaSettings.env_names()
+
+        def get(field: str) -> str | None:
+            return (env.get(names[field]) or "").strip() or None
+
+        return cls(
+            protocol=(get("kafka_security_protocol") or "PLAINTEXT").upper(),
+            sasl_mechanism=(get("kafka_sasl_mechanism") or "").upper() or None,
+            sasl_username=get("kafka_sasl_username"),
+            sasl_password=get("kafka_sasl_password"),
+            ssl_cafile=get("kafka_ssl_cafile"),
+            ssl_certfile=get("kafka_ssl_certfile"),
+            ssl_keyfile=get("kafka_ssl_keyfile"),
+        )
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    def check(self) -> None:
+        """Raise :class:`KafkaSecurityError` for a combination that cannot work."""
+        if self.protocol not in PROTOCOLS:
+            raise KafkaSecurityError(f"KAFKA_SECURITY_PROTOCOL must be one of {', '.join(PROTOCOLS)}")
+        if self.uses_sasl:
+            if self.sasl_mechanism not in MECHANISMS:
+                raise KafkaSecurityError(f"KAFKA_SASL_MECHANISM must be one of {', '.join(MECHANISMS)} with {self.protocol}")
+            if not self.sasl_username or not self.sasl_password:
+                raise KafkaSecurityError(f"KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD are required with {self.protocol}")
+        elif self.sasl_mechanism:
+            raise KafkaSecurityError(f"KAFKA_SASL_MECHANISM is set but KAFKA_SECURITY_PROTOCOL is {self.protocol} (use SASL_SSL or SASL_PLAINTEXT)")
+        files = {"KAFKA_SSL_CAFILE": self.ssl_cafile, "KAFKA_SSL_CERTFILE": self.ssl_certfile, "KAFKA_SSL_KEYFILE": self.ssl_keyfile}
+        if not self.uses_tls and any(files.values()):
+            named = ", ".join(name for name, path in files.items() if path)
+            raise KafkaSecurityError(f"{named} set but KAFKA_SECURITY_PROTOCOL is {self.protocol} (use SSL or SASL_SSL)")
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            raise KafkaSecurityError("KAFKA_SSL_CERTFILE and KAFKA_SSL_KEYFILE go together")
+        for name, path in (("KAFKA_SSL_CAFILE", self.ssl_cafile), ("KAFKA_SSL_CERTFILE", self.ssl_certfile), ("KAFKA_SSL_KEYFILE", self.ssl_keyfile)):
+            if path and not os.access(path, os.R_OK):
+                raise KafkaSecurityError(f"{name}: cannot read {path}")
+
+
 class KafkaSettings(Settings):
     """The broker and how every Kafka client of the package reaches it (``workers/io/kafka_security.py``)."""
 
@@ -146,8 +233,6 @@ class KafkaSettings(Settings):
     def _security_works(self) -> Self:
         """A combination that cannot work (a mechanism without credentials, an unreadable CA file)
         is refused at start-up; the message names the variable, never a value."""
-        from reasonwire.workers.io.kafka_security import KafkaSecurityError
-
         try:
             self.kafka_security().check()
         except KafkaSecurityError as exc:
@@ -155,8 +240,6 @@ class KafkaSettings(Settings):
         return self
 
     def kafka_security(self) -> KafkaSecurity:
-        from reasonwire.workers.io.kafka_security import KafkaSecurity
-
         return KafkaSecurity(
             protocol=self.kafka_security_protocol,
             sasl_mechanism=self.kafka_sasl_mechanism,
@@ -183,8 +266,6 @@ class RedisSettings(Settings):
         if parts.scheme not in REDIS_SCHEMES:
             raise ValueError(f"the URL must start with {', '.join(s + '://' for s in REDIS_SCHEMES)}")
         if parts.scheme.endswith("-cluster"):  # host:port,host:port… (workers/io/redis_connect.py)
-            from reasonwire.workers.io.redis_connect import cluster_nodes
-
             try:
                 cluster_nodes(value)
             except ValueError:
@@ -249,6 +330,14 @@ class ReplayWorkerSettings(_WorkerBase):
     replay_group_id: NonEmpty = Field("reasonwire-replay", description="the replay workers' consumer group; every replica shares it")
 
 
+class AgUiSettings(Settings):
+    """The AG-UI version the events are emitted in."""
+
+    agui_version: Literal["1.0", "1.1"] = Field(
+        "1.0", description="AG-UI version of the events: 1.1 adds encryptedValueType to every encrypted value (docs/replay.md)"
+    )
+
+
 class GroupSettings(Settings):
     """The normalizer's consumer group: its workers share it, and ``topics apply`` waits for its
     lag on the raw topic before adding partitions (docs/scaling.md)."""
@@ -256,7 +345,7 @@ class GroupSettings(Settings):
     group_id: NonEmpty = Field("reasonwire-normalizer", description="the normalizer's consumer group; every replica shares it")
 
 
-class NormalizeSettings(_WorkerBase, RedisWaitSettings, GroupSettings):
+class NormalizeSettings(_WorkerBase, RedisWaitSettings, AgUiSettings, GroupSettings):
     """What ``worker normalize`` reads (``workers/services/normalizer.py``)."""
 
     inactivity_timeout_s: PositiveFloat = Field(

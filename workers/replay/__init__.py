@@ -17,13 +17,14 @@ writes. Documented in ``docs/replay.md``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from reasonwire.contracts.artefacts import ArtefactRecord
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.replay import ReplayTarget
 from reasonwire.workers.replay.anthropic_messages import AnthropicMessagesReplay
+from reasonwire.workers.replay.arguments import artefact_records, check_options, replay_target
 from reasonwire.workers.replay.bedrock_converse import BedrockConverseReplay
 from reasonwire.workers.replay.core import (
     InvalidHistory,
@@ -38,6 +39,7 @@ from reasonwire.workers.replay.core import (
 from reasonwire.workers.replay.family import model_family, same_family
 from reasonwire.workers.replay.gemini_generate_content import GeminiGenerateContentReplay
 from reasonwire.workers.replay.gemini_interactions import GeminiInteractionsReplay
+from reasonwire.workers.replay.openai_chat_completions import ChatCompletionsReplay
 from reasonwire.workers.replay.openai_responses import OpenAIResponsesReplay
 
 BUILDERS: dict[Grammar, ReplayBuilder] = {
@@ -48,6 +50,7 @@ BUILDERS: dict[Grammar, ReplayBuilder] = {
         GeminiGenerateContentReplay(),
         GeminiInteractionsReplay(),
         BedrockConverseReplay(),
+        ChatCompletionsReplay(),
     )
 }
 """Grammar → the builder of its provider-native input."""
@@ -58,8 +61,8 @@ FRAGMENT_KEY: dict[Grammar, str] = {grammar: builder.history_key for grammar, bu
 
 def replay(
     history: Any,
-    artefacts: Iterable[ArtefactRecord],
-    target: ReplayTarget,
+    artefacts: Iterable[ArtefactRecord | Mapping[str, Any]],
+    target: ReplayTarget | str | Mapping[str, Any],
     *,
     tenant: str | None = None,
     honour_client_omissions: bool = False,
@@ -68,13 +71,23 @@ def replay(
 
     ``history`` is a ``RunAgentInput`` (model or wire dict) or a messages array as
     the client holds it; ``artefacts`` are the thread's stored records (any
-    order). Raises :class:`InvalidHistory` for a history replay cannot read and
+    order): :class:`ArtefactRecord`\\ s or the dicts ``reasonwire translate --artefacts``
+    writes; ``target`` a :class:`ReplayTarget`, a grammar name or a dict of its fields.
+    An argument of the wrong kind raises ``TypeError`` / ``ValueError`` naming it —
+    :class:`InvalidHistory` (a ``ValueError``) for a history replay cannot read — and
     :class:`ProviderWouldReject` when the provider would reject what is left.
     """
+    records = artefact_records(artefacts)
+    target = replay_target(target)
+    check_options(tenant, honour_client_omissions)
+    builder = BUILDERS.get(Grammar(target.grammar))
+    if builder is None:
+        replayable = ", ".join(g.value for g in BUILDERS)
+        raise ValueError(f"target grammar {Grammar(target.grammar).value} has no replay yet (replayable: {replayable})")
     return replay_conversation(
-        BUILDERS[Grammar(target.grammar)],
+        builder,
         history,
-        artefacts,
+        records,
         target,
         tenant=tenant,
         honour_client_omissions=honour_client_omissions,

@@ -22,7 +22,9 @@ OpenAI item ids — see :func:`reasonwire.workers.replay.core.metadata_hint`).
 The rules of the chapter, each where it belongs:
 
 * R3 — an ``encryptedValue`` is stored as received and returned unmodified:
-  never parsed, trimmed, logged or put in a warning.
+  never parsed, trimmed, logged or put in a warning. Its AG-UI 1.1
+  ``encryptedValueType``, when the event carries one, is kept beside it on the
+  message or call (in either version) and goes whenever the value goes.
 * R4 — a path that cannot carry a value warns: a store limit
   (``max_value_bytes``) that a value exceeds, or a downgrade to a pre-1.0
   message shape (:func:`downgrade_messages`), which has no ``encryptedValue``.
@@ -57,6 +59,7 @@ from typing import Any
 
 from ag_ui.core import (
     ActivityMessage,
+    BaseEvent,
     AssistantMessage,
     DeveloperMessage,
     Event,
@@ -70,6 +73,8 @@ from ag_ui.core import (
     UserMessage,
 )
 from pydantic import TypeAdapter, ValidationError
+
+from reasonwire.workers.core.arguments import expect, type_name
 
 ENCRYPTED_VALUE_SUBTYPES = frozenset({"message", "tool-call"})
 """The subtypes the 1.0 schema names (``ReasoningEncryptedValueSubtype``)."""
@@ -105,10 +110,16 @@ class _Malformed(Exception):
 class AgUiConsumer:
     """Holds a conversation's messages, encrypted values included, from AG-UI events."""
 
-    def __init__(self, *, max_value_bytes: int | None = None, messages: Iterable[Message] | None = None) -> None:
+    def __init__(
+        self, *, max_value_bytes: int | None = None, messages: Iterable[Message | Mapping[str, Any]] | None = None
+    ) -> None:
+        if max_value_bytes is not None:
+            expect(max_value_bytes, int, name="max_value_bytes", accepts="a number of bytes (int) or None")
+            if max_value_bytes < 0:
+                raise ValueError(f"max_value_bytes must be 0 or more, not {max_value_bytes}")
         self.max_value_bytes = max_value_bytes
         """The store's limit for one encrypted value; a longer value cannot be kept (R4)."""
-        self.messages: list[Message] = list(messages or [])
+        self.messages: list[Message] = _message_models(messages, name="messages")
         self.counters: Counter[str] = Counter()
         self.failed: str | None = None
         self._own: list[str] = []
@@ -121,8 +132,16 @@ class AgUiConsumer:
 
     # -- feeding ---------------------------------------------------------------------
 
-    def feed(self, event: Mapping[str, Any]) -> Consumed:
-        """Apply one AG-UI event (wire dict)."""
+    def feed(self, event: Mapping[str, Any] | BaseEvent) -> Consumed:
+        """Apply one AG-UI event: a wire dict (camelCase, as on the topic) or an ``ag_ui.core`` event.
+
+        Anything else (a JSON line not yet parsed, None) raises ``TypeError`` and changes nothing:
+        R7's "malformed event ends the run" is about what a producer sent, not a caller's mistake."""
+        if isinstance(event, BaseEvent):
+            event = event.model_dump(mode="json", by_alias=True, exclude_none=True)
+        elif not isinstance(event, Mapping):
+            hint = " (parse the JSON line first: json.loads)" if isinstance(event, str | bytes) else ""
+            raise TypeError(f"feed() takes one AG-UI event as a dict or an ag_ui.core event, not {type_name(event)}{hint}")
         self._index += 1
         if self.failed is not None:
             self.counters["events_after_fatal"] += 1
@@ -137,6 +156,8 @@ class AgUiConsumer:
 
     def feed_all(self, events: Iterable[Mapping[str, Any]]) -> Consumed:
         """Apply events in order; the warnings of all, and the first fatal reason if any."""
+        if isinstance(events, Mapping | str | bytes) or not isinstance(events, Iterable):
+            raise TypeError(f"feed_all() takes an iterable of AG-UI events, not {type_name(events)} (one event: feed())")
         out = Consumed()
         for event in events:
             step = self.feed(event)
@@ -145,8 +166,11 @@ class AgUiConsumer:
         return out
 
     def add_message(self, message: Message | Mapping[str, Any]) -> None:
-        """A message of the consumer's own (e.g. the user's next input): kept across snapshots."""
-        model = _MESSAGES.validate_python([message])[0] if isinstance(message, Mapping) else message
+        """A message of the consumer's own (e.g. the user's next input): kept across snapshots.
+
+        An ``ag_ui.core`` message or its wire dict; anything else raises ``TypeError``, a dict that
+        is not an AG-UI 1.0 message ``ValueError`` naming the problem."""
+        model = _message_models([message], name="message")[0]
         self.messages.append(model)
         self._own.append(model.id)
 
@@ -318,6 +342,7 @@ class AgUiConsumer:
             self._warn("unknown_entity", f"encrypted value for unknown {subtype} {entity_id} dropped (R6)")
             return
         target.encrypted_value = self._storable(value, entity_id)
+        set_value_type(target, (event.model_extra or {}).get(VALUE_TYPE))
 
     def _storable(self, value: str, entity_id: str) -> str | None:
         """The value, or None when the store cannot carry it (R4: losing content is said)."""
@@ -343,9 +368,12 @@ class AgUiConsumer:
             value = getattr(message, "encrypted_value", None)
             if value is not None:
                 message.encrypted_value = self._storable(value, message.id)  # type: ignore[union-attr]
+            if not isinstance(message, ActivityMessage):
+                set_value_type(message, value_type(message))
             for call in _calls(message):
                 if call.encrypted_value is not None:
                     call.encrypted_value = self._storable(call.encrypted_value, call.id)
+                set_value_type(call, value_type(call))
         after = self.values()
         withdrawn = [entity for entity in before if entity not in after]
         self.counters["withdrawn_encrypted_values"] += len(withdrawn)  # R5: the producer's call, not a loss
@@ -423,6 +451,34 @@ class AgUiConsumer:
         return out
 
 
+_MESSAGE_TYPES = (
+    ActivityMessage, AssistantMessage, DeveloperMessage, ReasoningMessage, SystemMessage, ToolMessage, UserMessage
+)
+
+
+def _message_models(messages: Any, *, name: str) -> list[Message]:
+    """AG-UI 1.0 message models from models or wire dicts; a clear error naming ``name`` otherwise."""
+    if messages is None:
+        return []
+    if name == "messages" and (isinstance(messages, Mapping | str | bytes) or not isinstance(messages, Iterable)):
+        raise TypeError(f"messages must be a list of AG-UI messages (models or wire dicts), not {type_name(messages)}")
+    models: list[Message] = []
+    for index, message in enumerate(messages):
+        where = name if name == "message" else f"{name}[{index}]"
+        if isinstance(message, _MESSAGE_TYPES):
+            models.append(message)
+        elif isinstance(message, Mapping):
+            try:
+                models.append(_MESSAGES.validate_python([message])[0])
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                field = ".".join(str(p) for p in error["loc"][2:]) or "message"
+                raise ValueError(f"{where} is not an AG-UI 1.0 message ({field}: {error['msg']})") from None
+        else:
+            raise TypeError(f"{where} must be an AG-UI message (an ag_ui.core message or its wire dict), not {type_name(message)}")
+    return models
+
+
 def _merged(held: Mapping[str, Any] | None, incoming: Mapping[str, Any]) -> dict[str, Any]:
     merged = {**copy.deepcopy(dict(held or {})), **copy.deepcopy(dict(incoming))}
     ours, theirs = (held or {}).get("reasonwire"), incoming.get("reasonwire")
@@ -449,6 +505,28 @@ def _keep_unrestated_reasoning(before: list[Message], after: list[Message]) -> l
         kept.insert(at, message)
         ids.add(message.id)
     return kept
+
+
+VALUE_TYPE = "encryptedValueType"
+"""AG-UI 1.1 (PR #2888): what an ``encryptedValue`` is, set by its producer. Kept on input in both
+versions (the 1.0 models hold it as an extra field), stored and returned with the value
+unmodified, and replaced or removed together with it: never a type without a value."""
+
+
+def value_type(holder: Any) -> str | None:
+    """The ``encryptedValueType`` a message, tool call or event carries, if a string."""
+    kind = (getattr(holder, "model_extra", None) or {}).get(VALUE_TYPE)
+    return kind if isinstance(kind, str) else None
+
+
+def set_value_type(holder: Any, kind: Any) -> None:
+    """Give ``holder`` the type of the value it now holds: ``kind`` when it holds a value and
+    ``kind`` is a string, else none (a type never outlives or precedes its value)."""
+    extra = getattr(holder, "__pydantic_extra__", None)
+    if getattr(holder, "encrypted_value", None) is not None and isinstance(kind, str):
+        setattr(holder, VALUE_TYPE, kind)
+    elif extra:
+        extra.pop(VALUE_TYPE, None)
 
 
 def _calls(message: Message) -> list[ToolCall]:
@@ -498,8 +576,13 @@ def downgrade_messages(
     out: list[dict[str, Any]] = []
     warnings: list[ConsumerWarning] = []
     legacy = protocol_version.split(".")[0] == PRE_1_0
+    typed = _at_least(protocol_version, (1, 1))
     for index, message in enumerate(messages):
         wire = message.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if not typed:  # a 1.1 addition: a 1.0 schema is closed, and its peer strips it anyway
+            wire.pop(VALUE_TYPE, None)
+            for call in wire.get("toolCalls") or []:
+                call.pop(VALUE_TYPE, None)
         if legacy:
             if wire.pop("encryptedValue", None) is not None:
                 warnings.append(_lost(message.id, protocol_version, index))
@@ -508,6 +591,14 @@ def downgrade_messages(
                     warnings.append(_lost(call["id"], protocol_version, index))
         out.append(wire)
     return out, warnings
+
+
+def _at_least(version: str, floor: tuple[int, int]) -> bool:
+    parts = version.split(".")
+    try:
+        return (int(parts[0]), int(parts[1]) if len(parts) > 1 else 0) >= floor
+    except ValueError:
+        return False
 
 
 def _lost(entity_id: str, version: str, index: int) -> ConsumerWarning:

@@ -32,7 +32,9 @@ This module does everything that is the same for every grammar, once:
    and tool-result turns; a tool call whose arguments are not a JSON object
    (an interrupted call) is left out with its result; a call the history never
    answers (its run failed or was cut after it) is left out with the reasoning
-   that led only to it (:func:`leave_out_unanswered`); partial reasoning of an
+   that led only to it, a failed run a retry superseded is left out whole, and a
+   history ending with a failed run's turn ends at the input that turn answered —
+   decided per run (:func:`leave_out_unanswered`); partial reasoning of an
    interrupted run is left out; reasoning units an audience filter hid from the
    client are put back where they streamed (:func:`restore_unseen`);
 4. **fail before the call** (:class:`ProviderWouldReject`) when what is left
@@ -69,7 +71,7 @@ import hashlib
 import json
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -107,7 +109,7 @@ class ReplayError(Exception):
         self.entity_id = entity_id
 
 
-class InvalidHistory(ReplayError):
+class InvalidHistory(ReplayError, ValueError):
     """The history is not AG-UI 1.0 messages, or holds something replay cannot map."""
 
     code = "invalid_history"
@@ -171,7 +173,7 @@ def read_history(history: Any) -> tuple[list[Message], str | None]:
         return _messages(history["messages"]), thread_id if isinstance(thread_id, str) else None
     if isinstance(history, Sequence) and not isinstance(history, str | bytes):
         return _messages(history), None
-    raise InvalidHistory("history must be a RunAgentInput or a messages array")
+    raise InvalidHistory(f"history must be a RunAgentInput or a messages array, not {type(history).__name__}")
 
 
 def _messages(raw: Any) -> list[Message]:
@@ -214,9 +216,13 @@ class Continuity:
         *,
         tenant: str | None = None,
         honour_client_omissions: bool = False,
+        model_bound: Callable[[ArtefactRecord], bool] = lambda record: True,
     ) -> None:
         self.target = target
         self.log = log
+        self.model_bound = model_bound
+        """Whether a record is bound to its issuer's model family, or only to its provider
+        (readable reasoning a provider requires back: any of its models reads it)."""
         self.tenant = tenant
         self.honour_client_omissions = honour_client_omissions
         self._usable: dict[Entity, list[ArtefactRecord]] = {}
@@ -252,7 +258,12 @@ class Continuity:
         grammar = self.target.grammar
         if self.target.model is not None:
             return model_family(grammar, self.target.model)
-        latest = [r for records in by_entity.values() for r in records if r.issuer.grammar == grammar and r.complete]
+        latest = [
+            r
+            for records in by_entity.values()
+            for r in records
+            if r.issuer.grammar == grammar and r.issuer.provider == self.target.provider and r.complete
+        ]
         if not latest:
             return None
         newest = max(latest, key=lambda r: r.created_at_ms or 0) if any(r.created_at_ms for r in latest) else latest[-1]
@@ -319,8 +330,17 @@ class Continuity:
                 f"the target is {target.grammar.value}: left out (R8)",
                 True,
             )
+        if record.issuer.provider != target.provider:
+            return (
+                "foreign_issuer",
+                f"artefact for {entity} was issued by provider {_provider(record.issuer.provider, target.grammar)}, "
+                f"the target is {_provider(target.provider, target.grammar)}: left out (R8)",
+                True,
+            )
         if record.issuer.scope != target.scope:
             return "foreign_issuer", f"artefact for {entity} was issued under another scope: left out (R8)", True
+        if not self.model_bound(record):
+            return None
         family = model_family(target.grammar, record.issuer.model)
         if family != self.model_family:
             return (
@@ -334,6 +354,11 @@ class Continuity:
     def _exclude(self, entity: Entity, exclusion: Exclusion, code: str, message: str) -> None:
         self.excluded[entity].append(exclusion)
         self.log.warn(code, message, entity_id=entity[1])
+
+
+def _provider(provider: str | None, grammar: Grammar) -> str:
+    """A provider for a warning: ``None`` is the grammar's own (Issuer.provider)."""
+    return repr(provider) if provider is not None else f"{grammar.value}'s own"
 
 
 def _client_values(messages: Sequence[Message]) -> dict[Entity, str]:
@@ -513,6 +538,8 @@ def build_conversation(messages: Sequence[Message], continuity: Continuity, log:
     turns: list[Turn] = []
     calls: dict[str, Call] = {}
     dropped_calls: set[str] = set()
+    cut_runs: set[str] = set()
+    """Runs (by :func:`run_key`) that lost a unit to an interruption before their turn was built."""
 
     def assistant_turn() -> AssistantTurn:
         if not turns or not isinstance(turns[-1], AssistantTurn):
@@ -538,6 +565,7 @@ def build_conversation(messages: Sequence[Message], continuity: Continuity, log:
         elif isinstance(message, ReasoningMessage):
             state = unit_state(ArtefactSubtype.MESSAGE, message.id)
             if _interrupted(message, state["artefacts"], state["excluded"]):
+                cut_runs.update(_cut_run(Reasoning(message=message, **state), turns))
                 log.warn(
                     "interrupted_reasoning",
                     f"reasoning {message.id} was cut off when its run was interrupted (partial, never signed): "
@@ -554,6 +582,8 @@ def build_conversation(messages: Sequence[Message], continuity: Continuity, log:
                 arguments = _arguments(tool_call)
                 if arguments is None:
                     dropped_calls.add(tool_call.id)
+                    state = unit_state(ArtefactSubtype.TOOL_CALL, tool_call.id)
+                    cut_runs.update(_cut_run(Call(call=tool_call, message=message, arguments={}, **state), turns))
                     log.warn(
                         "incomplete_tool_call",
                         f"tool call {tool_call.id} has arguments that are not a JSON object (interrupted?): left out",
@@ -581,7 +611,7 @@ def build_conversation(messages: Sequence[Message], continuity: Continuity, log:
             last.results.append(ToolResult(message, call))
         else:  # activity messages are progress, not conversation content
             log.counters["activity_messages_skipped"] += 1
-    turns = leave_out_unanswered(turns, calls, log)
+    turns = leave_out_unanswered(turns, calls, log, cut_runs=cut_runs)
     conversation = Conversation(turns, continuity.target, continuity, log, calls)
     restore_unseen(conversation)
     return conversation
@@ -603,8 +633,11 @@ def _interrupted(message: ReasoningMessage, artefacts: list[ArtefactRecord], exc
     return bool(excluded) and all(e.reason == "incomplete_artefact" for e in excluded)
 
 
-def leave_out_unanswered(turns: list[Turn], calls: dict[str, Call], log: ReplayLog) -> list[Turn]:
-    """Tool calls the history never answers, left out with what only they justified (issue 25 item 1).
+def leave_out_unanswered(
+    turns: list[Turn], calls: dict[str, Call], log: ReplayLog, *, cut_runs: Iterable[str] = ()
+) -> list[Turn]:
+    """Tool calls the history never answers, and the runs that failed, left out with what only they
+    justified — decided per run, not per merged turn (docs/replay.md, "Failed and interrupted turns").
 
     A call with no tool message for it — in practice the call of a run that failed or was cut off
     after the call was complete, which the client therefore never ran — cannot go back: every
@@ -613,22 +646,31 @@ def leave_out_unanswered(turns: list[Turn], calls: dict[str, Call], log: ReplayL
     ValidationException; Gemini and Interactions pair each call with its response). So:
 
     * the call is left out, warned (``unanswered_tool_call``, naming the call id);
-    * the reasoning that led to it and to nothing else — reasoning units left at the end of
-      the turn once its unanswered calls are gone (an OpenAI reasoning item whose following
-      item was the call, a Claude thinking block before a ``tool_use``) — goes with it
-      (``unanswered_call_reasoning``);
-    * when that turn is the last thing in the history (the client retries the same
-      messages), the whole turn is left out: the retry produces it again, and what is left of
-      it would be a prefilled assistant message the thinking models refuse.
+    * a run is *failed* when it has such a call or was cut (:func:`failed_runs`). The runs of one
+      assistant turn answered the same input — nothing came between them — so a failed run
+      followed by another run was superseded by that retry: left out whole (its cut text
+      ``interrupted_text``, the rest ``superseded_run``), unless the loop went on from one of its
+      calls (answered), when only its cut text goes;
+    * in the run that stays, the reasoning that led to its unanswered calls and to nothing else —
+      reasoning units left at the end of *that run* once the calls are gone (an OpenAI reasoning
+      item whose following item was the call, a Claude thinking block before a ``tool_use``) —
+      goes with them (``unanswered_call_reasoning``);
+    * when the turn is the last thing in the history and its last run failed (the client retries
+      the same messages), the whole turn is left out: the retry produces it again, and what is
+      left of it would be a prefilled assistant message the thinking models refuse ("You cannot
+      pre-fill responses when thinking is enabled").
     """
     answered = {r.call.entity_id for t in turns if isinstance(t, ToolResults) for r in t.results}
+    cut = set(cut_runs)
     kept: list[Turn] = []
     for position, turn in enumerate(turns):
         if not isinstance(turn, AssistantTurn):
             kept.append(turn)
             continue
         unanswered = [u for u in turn.calls if u.entity_id not in answered]
-        if not unanswered:
+        runs = run_segments(turn)
+        failed = failed_runs(runs, unanswered, cut)
+        if not failed:
             kept.append(turn)
             continue
         for call in unanswered:
@@ -639,21 +681,144 @@ def leave_out_unanswered(turns: list[Turn], calls: dict[str, Call], log: ReplayL
                 "left out, with what only it justified — the provider rejects a call without its result",
                 entity_id=call.entity_id,
             )
-        units = [u for u in turn.units if all(u is not c for c in unanswered)]
-        last = position == len(turns) - 1
-        while units and (last or isinstance(units[-1], Reasoning)):
-            unit = units.pop()
-            if isinstance(unit, Reasoning):
-                log.warn(
-                    "unanswered_call_reasoning",
-                    f"reasoning {unit.entity_id} led only to an unanswered tool call: left out with it",
-                    entity_id=unit.entity_id,
-                )
-            else:
-                log.counters["unanswered_turn_units"] += 1
+        if position == len(turns) - 1 and failed[-1] is runs[-1][1]:
+            _leave_out_retried_turn(turn, unanswered, log)
+            continue
+        units: list[Reasoning | Text | Call] = []
+        for index, (_, run) in enumerate(runs):
+            mine = [u for u in run if all(u is not c for c in unanswered)]
+            if any(run is f for f in failed):
+                superseded = index < len(runs) - 1
+                mine = _settle_failed_run(mine, had_unanswered=len(mine) < len(run), superseded=superseded, log=log)
+            units += mine
         if units:
             kept.append(AssistantTurn(units))
     return kept
+
+
+MINTED_ROLES = frozenset({"reasoning", "text", "tool"})
+"""Roles in the ids translators mint, ``<response or run>:<role>:<unit>`` (``Translator.mint``)."""
+
+
+def run_key(unit: Reasoning | Text | Call) -> str | None:
+    """The provider response (one per run) a unit streamed in, when what the client holds says so.
+
+    The client holds no run id per message (``@ag-ui/client`` keeps none, and ``RUN_ERROR`` leaves
+    no trace in its messages), but reasonwire's identity does: the unit's stored records name their
+    response and run; a tool call's start-event hint names its response (Anthropic, Bedrock); an id
+    reasonwire minted begins with it. None for a unit of unknown origin (a provider call id, a
+    message the client wrote)."""
+    for record in unit.artefacts + [e.record for e in unit.excluded if e.record is not None]:
+        return record.native.response_id or record.run_id
+    if isinstance(unit, Call):
+        hint = metadata_hint(unit.call.metadata, "responseId")
+        if isinstance(hint, str):
+            return hint
+    head, _, _ = unit.entity_id.rpartition(":")
+    prefix, _, role = head.rpartition(":")
+    return prefix if prefix and role in MINTED_ROLES else None
+
+
+def run_segments(turn: AssistantTurn) -> list[tuple[str | None, list[Reasoning | Text | Call]]]:
+    """The turn's units by the run that produced them, in order. A run's units are consecutive in
+    the client's history (events apply in order), so a unit of unknown origin belongs with the
+    unit before it — a call follows its run's reasoning or text."""
+    runs: list[tuple[str | None, list[Reasoning | Text | Call]]] = []
+    for unit in turn.units:
+        key = run_key(unit)
+        if runs and (key is None or key == runs[-1][0]):
+            runs[-1][1].append(unit)
+        else:
+            runs.append((key, [unit]))
+    return runs
+
+
+def failed_runs(
+    runs: list[tuple[str | None, list[Reasoning | Text | Call]]], unanswered: list[Call], cut: set[str]
+) -> list[list[Reasoning | Text | Call]]:
+    """The runs (of one turn, :func:`run_segments`) that failed: a call the history never answers, a unit whose end event
+    carried reasonwire's ``incomplete`` mark (closed by an abnormal end — ``RUN_ERROR``, a dropped
+    connection, a token limit — which ``@ag-ui/client`` and ``AgUiConsumer`` keep on the message),
+    or a unit of it left out as cut before (partial reasoning, a call with cut-off arguments)."""
+    return [
+        run
+        for key, run in runs
+        if (key is not None and key in cut)
+        or any(_incomplete(u) for u in run)
+        or any(u is c for u in run for c in unanswered)
+    ]
+
+
+def _incomplete(unit: Reasoning | Text | Call) -> bool:
+    metadata = unit.call.metadata if isinstance(unit, Call) else unit.message.metadata
+    return metadata_hint(metadata, "incomplete") is True
+
+
+def _cut_run(unit: Reasoning | Call, turns: list[Turn]) -> list[str]:
+    """The run of a unit left out as cut, else of the unit before it in the turn being built."""
+    key = run_key(unit)
+    if key is None and turns and isinstance(turns[-1], AssistantTurn) and turns[-1].units:
+        key = run_key(turns[-1].units[-1])
+    return [key] if key is not None else []
+
+
+def _settle_failed_run(
+    units: list[Reasoning | Text | Call], *, had_unanswered: bool, superseded: bool, log: ReplayLog
+) -> list[Reasoning | Text | Call]:
+    """What stays of a failed run (its unanswered calls already out) inside a turn that stays."""
+    if superseded and not any(isinstance(u, Call) for u in units):  # a retry answered the same input again
+        for unit in units:
+            if isinstance(unit, Text) and _incomplete(unit):
+                _warn_cut_text(unit, log, "a retry answered again after it")
+            else:
+                log.warn(
+                    "superseded_run",
+                    f"{unit.entity_id} belongs to a run that failed and was retried: left out with it",
+                    entity_id=unit.entity_id,
+                )
+        return []
+    if superseded:  # the loop went on from one of its calls: only its cut text goes
+        for unit in units:
+            if isinstance(unit, Text) and _incomplete(unit):
+                _warn_cut_text(unit, log, "a retry answered again after it")
+        units = [u for u in units if not (isinstance(u, Text) and _incomplete(u))]
+    while had_unanswered and units and isinstance(units[-1], Reasoning):
+        unit = units.pop()
+        log.warn(
+            "unanswered_call_reasoning",
+            f"reasoning {unit.entity_id} led only to an unanswered tool call: left out with it",
+            entity_id=unit.entity_id,
+        )
+    return units
+
+
+def _leave_out_retried_turn(turn: AssistantTurn, unanswered: list[Call], log: ReplayLog) -> None:
+    """The history ends with this turn and its last run failed: the client retries the same
+    messages, the retry produces the turn again, and the request ends at the input it answers."""
+    for unit in turn.units:
+        if any(unit is c for c in unanswered):
+            continue
+        if isinstance(unit, Text) and _incomplete(unit):
+            _warn_cut_text(unit, log, "the history ends with it, so the request would prefill the answer")
+        elif isinstance(unit, Reasoning):
+            code = "unanswered_call_reasoning" if unanswered else "retried_turn"
+            log.warn(
+                code,
+                f"reasoning {unit.entity_id} ends the history in a turn whose run failed: left out, the retry "
+                "produces the turn again",
+                entity_id=unit.entity_id,
+            )
+        else:
+            log.counters["unanswered_turn_units" if unanswered else "retried_turn_units"] += 1
+
+
+def _warn_cut_text(unit: Text, log: ReplayLog, why: str) -> None:
+    log.warn(
+        "interrupted_text",
+        f"assistant message {unit.entity_id} was cut off when its run was interrupted ({why}): shown to the "
+        "user, not replayed",
+        entity_id=unit.entity_id,
+    )
 
 
 def restore_unseen(conversation: Conversation) -> None:
@@ -750,9 +915,13 @@ def _position(unit: Reasoning | Text | Call, record: ArtefactRecord) -> int | No
     return None
 
 
-_INDEXED_IDS = frozenset({Grammar.ANTHROPIC_MESSAGES, Grammar.BEDROCK_CONVERSE, Grammar.GEMINI_INTERACTIONS})
+_INDEXED_IDS = frozenset(
+    {Grammar.ANTHROPIC_MESSAGES, Grammar.BEDROCK_CONVERSE, Grammar.GEMINI_INTERACTIONS, Grammar.OPENAI_CHAT_COMPLETIONS}
+)
 """Grammars whose translators mint text and reasoning ids as ``<response>:<role>:<block or step index>``
-(``Translator.mint(role, index)``); OpenAI mints by item id, Gemini generateContent by unit ordinal."""
+(``Translator.mint(role, index)``); OpenAI mints by item id, Gemini generateContent by unit ordinal.
+Chat Completions: the reasoning is unit 0 of its message, the text after it, each call hinted
+(``blockIndex``, ``responseId``), so a reasoning message the client never held goes first in its turn."""
 
 
 def _follows(unit: Reasoning | Text | Call, follower: Mapping[str, Any]) -> bool:
@@ -851,6 +1020,16 @@ class ReplayBuilder:
         """Whether the provider rejects an open tool loop whose current turn lacks this unit's state."""
         return False
 
+    def resolve_target(self, target: ReplayTarget) -> ReplayTarget:
+        """The target with its provider named where the grammar can tell it from the model
+        (``grok-…`` is xAI's): issuers are compared with it (R8)."""
+        return target
+
+    def model_bound(self, record: ArtefactRecord) -> bool:
+        """Whether the record goes back only to its issuer's model family (opaque state is
+        model-bound: REFERENCE §1.7, §2.5, §3.3), or to any model of its provider."""
+        return True
+
     call_id_limit: ClassVar[int | None] = None
     """Longest tool-call id the grammar accepts; with ``call_id_pattern``, None = unconstrained."""
     call_id_pattern: ClassVar[re.Pattern[str] | None] = None
@@ -903,8 +1082,15 @@ def replay_conversation(
     """The whole replay for one grammar (see the module docstring); raises :class:`ReplayError`."""
     log = ReplayLog()
     messages, _ = read_history(history)
+    target = builder.resolve_target(target)
     continuity = Continuity(
-        messages, artefacts, target, log, tenant=tenant, honour_client_omissions=honour_client_omissions
+        messages,
+        artefacts,
+        target,
+        log,
+        tenant=tenant,
+        honour_client_omissions=honour_client_omissions,
+        model_bound=builder.model_bound,
     )
     conversation = build_conversation(messages, continuity, log)
     current = conversation.current_turns()

@@ -18,7 +18,12 @@ never what names the model:
   (``gemini-2.5-flash-preview-04-17`` → ``gemini-2.5-flash``);
 * ``bedrock-converse``: an ARN up to the last ``/``, a geography prefix (``us.``,
   ``eu.``, ``apac.``, ``global.`` …), ``:N`` and ``-vN`` versions, a ``-YYYYMMDD`` date
-  (``us.anthropic.claude-sonnet-4-5-20250929-v1:0`` → ``anthropic.claude-sonnet-4-5``).
+  (``us.anthropic.claude-sonnet-4-5-20250929-v1:0`` → ``anthropic.claude-sonnet-4-5``);
+* ``openai-chat-completions`` (many providers, one grammar): an OpenRouter variant
+  (``:free``, ``:thinking``, ``:nitro`` …), a ``-YYYY-MM-DD`` / ``-YYYYMMDD`` date, ``-latest``
+  (``anthropic/claude-sonnet-4.5:thinking`` → ``anthropic/claude-sonnet-4.5``). The provider is
+  compared apart (``Issuer.provider``), and readable reasoning a provider requires back is bound
+  to the provider only (``ReplayBuilder.model_bound``).
 
 So ``claude-sonnet-4-5`` and ``claude-sonnet-4-5-20250929`` share state;
 ``claude-sonnet-4-5`` and ``claude-opus-4-1`` (or ``claude-sonnet-4``) do not;
@@ -51,12 +56,20 @@ _BEDROCK = (
     re.compile(r"-\d{8}$"),
 )
 
+_CHAT = (
+    re.compile(r":[a-z]+$"),
+    re.compile(r"-latest$"),
+    re.compile(r"-\d{4}-\d{2}-\d{2}$"),
+    re.compile(r"-\d{8}$"),
+)
+
 _RULES: dict[Grammar, tuple[re.Pattern[str], ...]] = {
     Grammar.ANTHROPIC_MESSAGES: _ANTHROPIC,
     Grammar.OPENAI_RESPONSES: _OPENAI,
     Grammar.GEMINI_GENERATE_CONTENT: _GEMINI,
     Grammar.GEMINI_INTERACTIONS: _GEMINI,
     Grammar.BEDROCK_CONVERSE: _BEDROCK,
+    Grammar.OPENAI_CHAT_COMPLETIONS: _CHAT,
 }
 
 

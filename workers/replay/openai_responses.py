@@ -25,6 +25,11 @@ from the ``metadata.reasonwire`` hints a client kept from the start events.
 An item with a known id is restated as the output item (``status:
 completed``); without one it goes in its minimal input form, which the API
 accepts as well.
+
+xAI speaks this grammar for Grok: a target model ``grok-…`` (or ``provider: xai``)
+is xAI's, so only xAI-issued ``encrypted_content`` goes to it and xAI's never goes to
+OpenAI (core issuer check, R8); and ``status``, which xAI accepts on output only, is
+left off every item sent to it (docs.x.ai troubleshooting-reasoning).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from __future__ import annotations
 from typing import Any
 
 from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.issuers import XAI, responses_provider
+from reasonwire.contracts.replay import ReplayTarget
 from reasonwire.workers.replay.core import (
     AssistantTurn,
     Call,
@@ -61,7 +68,14 @@ class OpenAIResponsesReplay(ReplayBuilder):
         return [{"type": "function_call_output", "call_id": r.call.entity_id, "output": r.text} for r in turn.results]
 
     def assistant(self, turn: AssistantTurn, conversation: Conversation) -> list[dict[str, Any]]:
-        return _AssistantItems(conversation).build(turn)
+        items = _AssistantItems(conversation).build(turn)
+        if conversation.target.provider == XAI:  # xAI refuses the output-only ``status`` on input
+            return [{k: v for k, v in item.items() if k != "status"} for item in items]
+        return items
+
+    def resolve_target(self, target: ReplayTarget) -> ReplayTarget:
+        provider = responses_provider(target.model) if target.provider is None else None
+        return target.model_copy(update={"provider": provider}) if provider is not None else target
 
 
 class _AssistantItems:

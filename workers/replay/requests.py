@@ -343,8 +343,28 @@ TABLES: dict[Grammar, tuple[FamilyRow, ...]] = {
             source="DeepSeek-R1 on Bedrock always reasons; it has no reasoning setting",
         ),
     ),
+    Grammar.OPENAI_CHAT_COMPLETIONS: (
+        # DeepSeek V4: thinking on or off (extra_body ``thinking``), and ``reasoning_effort`` low|high|max
+        # while it is on; no summary setting (the reasoning streams raw, as reasoning_content).
+        FamilyRow(
+            families=("deepseek-v4-pro", "deepseek-v4-flash"),
+            efforts={
+                Effort.NONE: {"thinking": {"type": "disabled"}},
+                **{e: {"thinking": {"type": "enabled"}, "reasoning_effort": e.value} for e in (Effort.LOW, Effort.HIGH, Effort.MAX)},
+            },
+            source="api-docs.deepseek.com/guides/thinking_mode (thinking: enabled|disabled; reasoning_effort low|high|max)",
+        ),
+        FamilyRow(
+            families=("deepseek-reasoner",),
+            efforts={},
+            source="api-docs.deepseek.com/guides/reasoning_model: deepseek-reasoner always reasons; it has no reasoning setting",
+        ),
+    ),
 }
-"""Grammar → its family rows (P4). Read top to bottom against the cited sources."""
+"""Grammar → its family rows (P4). Read top to bottom against the cited sources. The Chat Completions
+family lists the providers whose settings are documented where this table's facts come from; a model
+of another (a vLLM- or Ollama-served one) is refused when reasoning settings are asked for, as any
+family without a row is."""
 
 
 def reasoning_request(grammar: Grammar | str, model: str | None, reasoning: PortableReasoning) -> dict[str, Any]:
@@ -480,6 +500,7 @@ MODEL_FIELD: dict[Grammar, str | None] = {
     Grammar.GEMINI_GENERATE_CONTENT: None,  # the model is in the URL (models/<model>:streamGenerateContent)
     Grammar.GEMINI_INTERACTIONS: "model",
     Grammar.BEDROCK_CONVERSE: "modelId",
+    Grammar.OPENAI_CHAT_COMPLETIONS: "model",
 }
 
 

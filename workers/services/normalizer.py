@@ -46,7 +46,7 @@ from reasonwire.workers.core.delivery_machine import (
 from reasonwire.workers.core.fence import stalled, witnessed
 from reasonwire.workers.core.normalizer import DeadLetter, Normalizer, RawRecord, RunInput, Step
 from reasonwire.workers.ops.gc_pause import collection_paused
-from reasonwire.workers.ops.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle, wait_for_topics, wait_until_allowed
+from reasonwire.workers.ops.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle, wait_until_allowed
 from reasonwire.workers.io.kafka_security import broker_security, client_kwargs, servers
 from reasonwire.workers.io.outbox import Outbox
 from reasonwire.workers.io.redis_connect import connect, redis_wait
@@ -54,7 +54,7 @@ from reasonwire.workers.ops.settings import WorkerSettings
 from reasonwire.workers.io.store import ArtefactStore, RunsMoved, StoreLost
 from reasonwire.workers.ops.telemetry import Telemetry, setup_telemetry
 from reasonwire.workers.ops.telemetry.normalizer import NormalizerTelemetry
-from reasonwire.workers.io.topics_admin import replication_factor
+from reasonwire.workers.io.topics_admin import replication_factor, wait_for_topics
 from reasonwire.workers.translators import translator_for
 
 log = logging.getLogger("reasonwire.normalize")
@@ -81,7 +81,9 @@ class NormalizerWorker:
         self.broker = broker
         self.store = store
         self.telemetry = telemetry
-        self.normalizer = Normalizer(PolicyBook.load(settings.policy_file), translators=translator_for)
+        self.normalizer = Normalizer(
+            PolicyBook.load(settings.policy_file), translators=translator_for, agui_version=settings.agui_version
+        )
         self.normalizer.token = secrets.token_hex(4)  # this process's name in the journal heads it writes (the fence)
         self.normalizer.clock.step = expiry_interval(settings)
         self.machine = DeliveryMachine(self.normalizer, max_in_flight=settings.max_in_flight)

@@ -33,7 +33,7 @@ from reasonwire.contracts.artefacts import ArtefactRecord
 from reasonwire.contracts.replay import ReplayIssue, ReplayReply, ReplayRequest
 from reasonwire.contracts.topic_plan import plan
 from reasonwire.workers.io import topics_admin
-from reasonwire.workers.ops.health import HealthServer, install_log_throttle, wait_for_topics
+from reasonwire.workers.ops.health import HealthServer, install_log_throttle
 from reasonwire.workers.io.kafka_security import broker_security, servers
 from reasonwire.workers.io.redis_connect import connect
 from reasonwire.workers.replay import ReplayError, read_history, replay
@@ -196,7 +196,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         if settings.health_port:  # the same probes as the normalizer's (deploy/helm: liveness, readiness), and /metrics
             health["server"] = HealthServer(lambda: replay_readiness(broker, store, worker), host=settings.health_host, port=settings.health_port, metrics=telemetry.scrape)
             await health["server"].start()
-        await wait_for_topics(lambda: ensure_replay_topics(settings), health.get("server"))  # missing: not ready, wait (issue 23 item 2)
+        await topics_admin.wait_for_topics(lambda: ensure_replay_topics(settings), health.get("server"))  # missing: not ready, wait (issue 23 item 2)
 
     @app.on_shutdown
     async def _close() -> None:

@@ -12,6 +12,7 @@ import importlib.util
 from functools import cache
 
 from reasonwire.contracts.grammars import Grammar
+from reasonwire.workers.core.arguments import expect, expect_optional_str
 from reasonwire.workers.core.translator import Translator
 
 _REGISTRY: dict[Grammar, tuple[str, str]] = {
@@ -20,6 +21,7 @@ _REGISTRY: dict[Grammar, tuple[str, str]] = {
     Grammar.GEMINI_GENERATE_CONTENT: ("reasonwire.workers.translators.gemini_generate_content", "GeminiGenerateContentTranslator"),
     Grammar.GEMINI_INTERACTIONS: ("reasonwire.workers.translators.gemini_interactions", "GeminiInteractionsTranslator"),
     Grammar.BEDROCK_CONVERSE: ("reasonwire.workers.translators.bedrock_converse", "BedrockConverseTranslator"),
+    Grammar.OPENAI_CHAT_COMPLETIONS: ("reasonwire.workers.translators.openai_chat_completions", "OpenAIChatCompletionsTranslator"),
 }
 
 
@@ -41,6 +43,18 @@ def translator_class(grammar: Grammar | str) -> type[Translator]:
     return cls
 
 
+TRANSLATOR_OPTIONS = ("run_id", "thread_id", "model", "issuer_scope", "issuer_provider", "fallback_run_id")
+"""The keyword arguments a translator takes, each a string or None."""
+
+
 def translator_for(grammar: Grammar | str, **kwargs: object) -> Translator:
-    """A fresh translator for one run of ``grammar``."""
+    """A fresh translator for one run of ``grammar`` (a :class:`Grammar` or its name).
+
+    Raises ``TypeError`` / ``ValueError`` naming the argument for a grammar that is not a name of
+    one, an option the translator does not take, or an option that is not a string or None."""
+    expect(grammar, str, name="grammar", accepts=f"a grammar name ({', '.join(g.value for g in Grammar)})")
+    for name, value in kwargs.items():
+        if name not in TRANSLATOR_OPTIONS:
+            raise TypeError(f"translator_for() got an unexpected option {name!r} (takes: {', '.join(TRANSLATOR_OPTIONS)})")
+        expect_optional_str(value, name=name)
     return translator_class(grammar)(**kwargs)  # type: ignore[arg-type]

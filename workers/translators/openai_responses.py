@@ -71,6 +71,11 @@ units still open then end with the ``incomplete`` marker. ``response.failed`` or
 value complete (no following item; replay leaves it out). A byte-identical repeat
 of the previous event (same ``sequence_number``) is a duplicate delivery, dropped
 with a warning.
+
+xAI serves Grok through this same grammar. A stream whose model is ``grok-…`` has the
+issuer provider ``xai`` (:func:`reasonwire.contracts.issuers.responses_provider`) unless the producer
+stated one (``rw-issuer-provider``): its
+``encrypted_content`` goes back to xAI only, and OpenAI's never goes to xAI (R8).
 """
 
 from __future__ import annotations
@@ -83,6 +88,7 @@ from typing import Any
 
 from reasonwire.contracts.artefacts import ArtefactSubtype, NativeBlock
 from reasonwire.contracts.grammars import Grammar
+from reasonwire.contracts.issuers import responses_provider
 from reasonwire.contracts.usage import TokenCounts
 from reasonwire.workers.core.artefacts import HeldArtefact
 from reasonwire.workers.core.errors import ProviderGrammarError, optional, require, require_index, token_count
@@ -253,6 +259,11 @@ class OpenAIResponsesTranslator(Translator):
         self._warned_types: set[str] = set()
         self._truncating = False
         """``response.incomplete`` is closing the run: what it closes was cut off, marked incomplete."""
+
+    def _start(self, obj: dict[str, Any] | None, raw: bytes | str) -> None:
+        if self.issuer_provider is None and obj is not None:  # Grok: its values go back to xAI only (R8)
+            self.issuer_provider = responses_provider(self.stream_identity(obj)[1] or self.model)
+        super()._start(obj, raw)
 
     def stream_identity(self, obj: dict[str, Any]) -> tuple[str | None, str | None]:
         kind = obj.get("type")

@@ -117,15 +117,13 @@ def setup_telemetry(
     env = os.environ if env is None else env
     registry = OpaqueRegistry()
     guard = ContentGuard(registry)
-    resource = _resource()
+    resource = service_resource()
 
     readers: list[MetricReader] = [PeriodicExportingMetricReader(e) for e in exporters_from_env("metrics", env)]
     if metric_reader is not None:
         readers.append(metric_reader)
     prometheus = None
     if PULL_EXPORTER in _names("metrics", env):
-        from reasonwire.workers.ops.metrics import prometheus_reader
-
         reader, prometheus = prometheus_reader()
         readers.append(reader)
     # Nothing reads the metrics or exports the spans: no-op providers, so the hot path does not
@@ -164,12 +162,23 @@ def setup_telemetry(
     return Telemetry(registry, guard, tracer_provider, meter_provider, log_guard, prometheus)
 
 
-def _resource(service: str = DEFAULT_SERVICE_NAME) -> Resource:
+def service_resource(service: str = DEFAULT_SERVICE_NAME) -> Resource:
     """``OTEL_RESOURCE_ATTRIBUTES`` / ``OTEL_SERVICE_NAME``, else ``service`` as the service name."""
     resource = Resource.create()
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: service}))
     return resource
+
+
+def prometheus_reader() -> tuple[Any, Any]:
+    """A pull reader on a registry of its own (never the process-global one: each
+    :class:`Telemetry` — and each test, and the gateway's ``/metrics``
+    (:mod:`reasonwire.workers.ops.metrics`) — scrapes only its own)."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    return PrometheusMetricReader(registry=registry), registry
 
 
 PULL_EXPORTER = "prometheus"

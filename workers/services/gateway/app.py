@@ -10,6 +10,9 @@ Routes (docs/gateway.md):
   becomes a run request on ``reasoning.requests.v1``; the run's events stream back.
 * ``POST /v1/ingest/{provider}`` — a provider stream as a chunked body, ids in
   ``RW-Run-Id`` / ``RW-Thread-Id`` / ``RW-Model`` / ``RW-Issuer-Scope`` headers.
+* ``GET /v1/capabilities`` — AG-UI ``AgentCapabilities``: SSE streaming, ``transport.resumable``
+  (``Last-Event-ID`` is this gateway's extension: the AG-UI HTTP binding has no resumption),
+  reasoning streamed with encrypted values.
 * ``GET /v1/viewer`` — a minimal page rendering a run as it streams.
 * ``GET /healthz`` — liveness, and the readers and clients of this process.
 * ``GET /readyz`` — 200 while Kafka, Redis and every partition reader are reachable, else 503.
@@ -571,12 +574,15 @@ async def ingest(request: Request) -> Response:
     if not gw.kafka_ok:
         return await refused("unavailable", _unavailable("the broker is unreachable: nothing was published"))
     model, scope = request.headers.get("rw-model"), request.headers.get("rw-issuer-scope")
-    limit = gw.event_limit(RunEnvelope(provider, run_id, thread_id, principal.tenant, model, scope))
+    issuer = request.headers.get("rw-issuer-provider") or None
+    if issuer is not None and (bad := _ids(issuer_provider=issuer)):
+        return await refused("bad_request", bad)
+    limit = gw.event_limit(RunEnvelope(provider, run_id, thread_id, principal.tenant, model, scope, issuer))
     run = None
     try:
         async with gw.publisher.run(
             provider=provider, run_id=run_id, thread_id=thread_id, tenant=principal.tenant, model=model, issuer_scope=scope,
-            check_grammar=True, max_event_bytes=limit,
+            issuer_provider=issuer, check_grammar=True, max_event_bytes=limit,
         ) as run:
             async for chunk in request.stream():
                 gw.counts.ingest_bytes[provider] += len(chunk)
@@ -609,6 +615,22 @@ def _published(gw: Gateway, provider: str, run: Any) -> int:
     published = run.published if run is not None else 0
     gw.counts.ingest_records[provider] += published
     return int(published)
+
+
+CAPABILITIES: dict[str, Any] = {
+    "transport": {"streaming": True, "resumable": True},
+    "reasoning": {"supported": True, "streaming": True, "encrypted": True},
+}
+"""What this gateway advertises (AG-UI ``AgentCapabilities``, wire shape). ``resumable``: a
+reader cut off resumes with ``Last-Event-ID`` (or ``?lastEventId=``) after the last ``id:`` it
+got — this gateway's extension; stock ``@ag-ui/client`` does not resume (docs/gateway.md)."""
+
+
+async def capabilities(request: Request) -> Response:
+    caller = _authenticated(request)
+    if isinstance(caller, Response):
+        return caller
+    return JSONResponse(CAPABILITIES)
 
 
 async def viewer(request: Request) -> Response:
@@ -646,6 +668,7 @@ def create_app(settings: GatewaySettings | None = None, keys: KeyBook | None = N
         Route("/v1/threads/{thread_id}/runs/{run_id}/events", run_events, methods=["GET"]),
         Route("/v1/agent", agent, methods=["POST"]),
         Route("/v1/ingest/{provider}", ingest, methods=["POST"]),
+        Route("/v1/capabilities", capabilities, methods=["GET"]),
         Route("/v1/viewer", viewer, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
@@ -658,7 +681,7 @@ def create_app(settings: GatewaySettings | None = None, keys: KeyBook | None = N
                 CORSMiddleware,
                 allow_origins=settings.origins,
                 allow_methods=["GET", "POST"],
-                allow_headers=["Authorization", "X-API-Key", "Content-Type", "Accept", "Last-Event-ID", "RW-Run-Id", "RW-Thread-Id", "RW-Model", "RW-Issuer-Scope"],
+                allow_headers=["Authorization", "X-API-Key", "Content-Type", "Accept", "Last-Event-ID", "RW-Run-Id", "RW-Thread-Id", "RW-Model", "RW-Issuer-Scope", "RW-Issuer-Provider"],
                 expose_headers=["Retry-After"],
                 max_age=600,
             )

@@ -36,6 +36,7 @@ from reasonwire.contracts import topics
 from reasonwire.contracts.envelope import Control
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.ids import check_id
+from reasonwire.workers.core.arguments import expect, expect_optional_str, type_name
 from reasonwire.workers.services.ingress.records import EventTooLarge, IngressError, OutgoingRecord, RunEnvelope, SSEFramer
 from reasonwire.workers.services.ingress.recognition import GrammarGate, MalformedEvent, NotThisGrammar, gate_for
 from reasonwire.workers.io.kafka_security import client_kwargs
@@ -93,13 +94,15 @@ class RunPublisher:
 
     async def send(self, data: bytes | str) -> int:
         """One or more complete lines (raw SSE lines or bare payloads); returns the events published."""
+        expect(data, (bytes, str), name="send() data", accepts="the provider's raw lines as bytes or str")
         raw = data.encode() if isinstance(data, str) else data
         events = [e for line in (raw.split(b"\n") if raw else [b""]) for e in self._framer.line(line)]
         return await self._publish(events)
 
     async def feed(self, chunk: bytes) -> int:
         """An arbitrary chunk of an SSE / JSONL byte stream (a partial last line waits for the next)."""
-        return await self._publish(self._framer.feed(chunk))
+        expect(chunk, (bytes, bytearray), name="feed() chunk", accepts="bytes of the provider's response body")
+        return await self._publish(self._framer.feed(bytes(chunk)))
 
     async def close(self, control: Control = Control.END) -> None:
         """Flush a pending frame (only on ``end``) and publish the control record."""
@@ -180,6 +183,13 @@ class Publisher:
     ) -> None:
         if producer is None and bootstrap_servers is None:
             raise ValueError("Publisher needs bootstrap_servers or a started producer")
+        if bootstrap_servers is not None and not (
+            isinstance(bootstrap_servers, str)
+            or (isinstance(bootstrap_servers, list) and all(isinstance(b, str) for b in bootstrap_servers))
+        ):
+            raise TypeError(f"bootstrap_servers must be 'host:port[,host:port…]' or a list of them, not {type_name(bootstrap_servers)}")
+        if deliver_timeout_s is not None:
+            expect(deliver_timeout_s, (int, float), name="deliver_timeout_s", accepts="a number of seconds or None")
         self._own = producer is None
         self.deliver_timeout_s = deliver_timeout_s
         """Each send/close waits at most this long for the broker (None: the producer's own timeouts)."""
@@ -212,6 +222,7 @@ class Publisher:
         tenant: str = "default",
         model: str | None = None,
         issuer_scope: str | None = None,
+        issuer_provider: str | None = None,
         check_grammar: bool = False,
         max_event_bytes: int | None = None,
     ) -> AsyncIterator[RunPublisher]:
@@ -221,13 +232,28 @@ class Publisher:
         a stream of another grammar or without events raises :class:`NotThisGrammar`, nothing
         published. ``max_event_bytes``: a larger event raises :class:`EventTooLarge` before it is
         sent. A run or thread id outside the id grammar (``reasonwire.contracts.ids``) raises
-        :class:`~reasonwire.contracts.ids.BadId` here, before anything."""
-        Grammar(provider)  # an unknown grammar fails here, in the caller, not as a dead letter later
+        :class:`~reasonwire.contracts.ids.BadId` here, before anything, as does an ``issuer_provider``
+        (``deepseek``, ``ollama:qwen3``, …: who issued the run's reasoning state, for a grammar many
+        providers speak; ``contracts/issuers.py``) outside that grammar."""
+        known = ", ".join(g.value for g in Grammar)
+        expect(provider, str, name="provider", accepts=f"a grammar name ({known})")
+        if provider not in {g.value for g in Grammar}:  # here, in the caller, not as a dead letter later
+            raise ValueError(f"provider {provider!r} is not a grammar name (known: {known})"[:400])
+        expect(run_id, str, name="run_id", accepts="a string")
+        optional = (("thread_id", thread_id), ("model", model), ("issuer_scope", issuer_scope), ("issuer_provider", issuer_provider))
+        for name, value in optional:
+            expect_optional_str(value, name=name)
+        expect(tenant, str, name="tenant", accepts="a string")
+        expect(check_grammar, bool, name="check_grammar", accepts="True or False")
+        if max_event_bytes is not None:
+            expect(max_event_bytes, int, name="max_event_bytes", accepts="a number of bytes (int) or None")
         check_id("run id", run_id)
         check_id("thread id", thread_id or run_id)
+        if issuer_provider is not None:
+            check_id("issuer provider", issuer_provider)
         run = RunPublisher(
             self._producer,
-            RunEnvelope(provider, run_id, thread_id or run_id, tenant, model, issuer_scope),
+            RunEnvelope(provider, run_id, thread_id or run_id, tenant, model, issuer_scope, issuer_provider),
             check_grammar=check_grammar,
             max_event_bytes=max_event_bytes,
             deliver_timeout_s=self.deliver_timeout_s,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from reasonwire.contracts.envelope import (
     HEADER_CONTROL,
+    HEADER_ISSUER_PROVIDER,
     HEADER_ISSUER_SCOPE,
     HEADER_MODEL,
     HEADER_PROVIDER,
@@ -35,6 +36,8 @@ class RunEnvelope:
     tenant: str = "default"
     model: str | None = None
     issuer_scope: str | None = None
+    issuer_provider: str | None = None
+    """The provider behind a grammar many providers speak (``rw-issuer-provider``, ``contracts/issuers.py``)."""
 
     def headers(self, seq: int, *, sse_event: str | None = None, control: Control | None = None) -> list[tuple[str, bytes]]:
         pairs = [
@@ -45,6 +48,7 @@ class RunEnvelope:
             (HEADER_SEQ, str(seq)),
             (HEADER_MODEL, self.model),
             (HEADER_ISSUER_SCOPE, self.issuer_scope),
+            (HEADER_ISSUER_PROVIDER, self.issuer_provider),
             (HEADER_SSE_EVENT, sse_event),
             (HEADER_CONTROL, control.value if control else None),
         ]

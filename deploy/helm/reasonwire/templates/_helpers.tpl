@@ -25,8 +25,31 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (printf "%s-secret" (include "reasonwire.fullname" .)) .Values.secret.existingSecret -}}
 {{- end -}}
 
+{{/* repository@digest when image.digest is set (the tag is then ignored), else repository:tag. */}}
 {{- define "reasonwire.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end -}}
+{{- end -}}
+
+{{- define "reasonwire.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "reasonwire.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The gateway's key book: a Secret named by gateway.keys.existingSecret, or the chart's own
+     from gateway.keys.keyBook; empty when neither is set. */}}
+{{- define "reasonwire.gatewayKeysSecret" -}}
+{{- if .Values.gateway.keys.existingSecret -}}
+{{- .Values.gateway.keys.existingSecret -}}
+{{- else if .Values.gateway.keys.keyBook -}}
+{{- printf "%s-gateway-keys" (include "reasonwire.fullname" .) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* terminationGracePeriodSeconds: longer than a drain (values.drainSeconds) by a margin. */}}
@@ -43,28 +66,40 @@ envFrom:
       name: {{ include "reasonwire.secretName" . }}
 {{- end -}}
 
-{{- define "reasonwire.tlsVolume" -}}
-{{- if .Values.kafka.tlsSecretName }}
+{{/* The pod's volumes: /tmp (the root file system is read-only), the Kafka TLS files, and the
+     gateway's key book. Called with (dict "root" . "component" name). */}}
+{{- define "reasonwire.volumes" -}}
+{{- $keys := include "reasonwire.gatewayKeysSecret" .root }}
 volumes:
+  - name: tmp
+    emptyDir: {}
+{{- if .root.Values.kafka.tlsSecretName }}
   - name: kafka-tls
     secret:
-      secretName: {{ .Values.kafka.tlsSecretName }}
-  - name: tmp
-    emptyDir: {}
-{{- else }}
-volumes:
-  - name: tmp
-    emptyDir: {}
+      secretName: {{ .root.Values.kafka.tlsSecretName }}
+{{- end }}
+{{- if and (eq .component "gateway") $keys }}
+  - name: gateway-keys
+    secret:
+      secretName: {{ $keys }}
+      items:
+        - key: {{ .root.Values.gateway.keys.secretKey }}
+          path: keys.json
 {{- end }}
 {{- end -}}
 
-{{- define "reasonwire.tlsMount" -}}
+{{- define "reasonwire.mounts" -}}
 volumeMounts:
   - name: tmp
     mountPath: /tmp
-{{- if .Values.kafka.tlsSecretName }}
+{{- if .root.Values.kafka.tlsSecretName }}
   - name: kafka-tls
     mountPath: /etc/reasonwire/kafka-tls
+    readOnly: true
+{{- end }}
+{{- if and (eq .component "gateway") (include "reasonwire.gatewayKeysSecret" .root) }}
+  - name: gateway-keys
+    mountPath: /etc/reasonwire/gateway
     readOnly: true
 {{- end }}
 {{- end -}}
@@ -84,11 +119,34 @@ readinessProbe:
   initialDelaySeconds: 5
   periodSeconds: 5
   failureThreshold: 2
+{{ include "reasonwire.startupProbe" (dict "root" . "port" "health") }}
+{{- end -}}
+
+{{/* Liveness waits until /healthz first answers, for up to periodSeconds × failureThreshold. */}}
+{{- define "reasonwire.startupProbe" -}}
+startupProbe:
+  httpGet: {path: /healthz, port: {{ .port }}}
+  periodSeconds: {{ .root.Values.startupProbe.periodSeconds }}
+  failureThreshold: {{ .root.Values.startupProbe.failureThreshold }}
 {{- end -}}
 
 {{- define "reasonwire.pod" -}}
 terminationGracePeriodSeconds: {{ include "reasonwire.grace" .root }}
+{{- if or (ne .component "topics") (not .root.Values.serviceAccount.create) }}
+serviceAccountName: {{ include "reasonwire.serviceAccountName" .root }}
+{{- end }}
+automountServiceAccountToken: false
 securityContext: {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+{{- if and .root.Values.topologySpread.enabled (ne .component "topics") }}
+topologySpreadConstraints:
+{{- range .root.Values.topologySpread.topologyKeys }}
+  - maxSkew: {{ $.root.Values.topologySpread.maxSkew }}
+    topologyKey: {{ . }}
+    whenUnsatisfiable: {{ $.root.Values.topologySpread.whenUnsatisfiable }}
+    labelSelector:
+      matchLabels: {{- include "reasonwire.selector" $ | nindent 8 }}
+{{- end }}
+{{- end }}
 {{- with .root.Values.nodeSelector }}
 nodeSelector: {{- toYaml . | nindent 2 }}
 {{- end }}
@@ -98,7 +156,7 @@ tolerations: {{- toYaml . | nindent 2 }}
 {{- with .root.Values.affinity }}
 affinity: {{- toYaml . | nindent 2 }}
 {{- end }}
-{{ include "reasonwire.tlsVolume" .root }}
+{{ include "reasonwire.volumes" . }}
 {{- end -}}
 
 {{/* The non-secret settings every component reads: the ConfigMap's data, and the topics Job's
