@@ -223,6 +223,7 @@ class Consumer:
             "KAFKA_BOOTSTRAP_SERVERS": stage.bootstrap,
             "REDIS_URL": stage.redis_url,
             "RW_GROUP_ID": stage.group,
+            "RW_HEALTH_PORT": "0",  # several workers on one host: a taken probe port stops a worker
             "RW_PARTITIONS": str(PARTITIONS),
             "RW_BENCH_TOPIC_PREFIX": stage.prefix,
             "RW_BENCH_SOURCE": stage.source,

@@ -130,6 +130,7 @@ async def measure(bootstrap: str, redis_url: str, *, clients: int = 200, runs: i
         "RW_GATEWAY_FIRST_EVENT_TIMEOUT_S": "120",
         "RW_GATEWAY_LOOKBACK_S": "60",
         "RW_GROUP_ID": f"rw-bench-gw-{uuid.uuid4().hex[:6]}",
+        "RW_HEALTH_PORT": "0",  # a taken probe port stops a worker; the bench reads none
     }
     worker_log, gateway_log = logs / "gateway-bench-worker.log", logs / "gateway-bench-gateway.log"
     worker = _spawn(["worker", "normalize"], env, worker_log)

@@ -1,7 +1,8 @@
 """The topic plan (``reasonwire.topics.v1``): every topic reasonwire reads or writes, as data.
 
-``reasonwire topics plan`` prints it, ``reasonwire topics apply`` creates what is missing
-and says what differs; the worker creates topics itself only with ``RW_CREATE_TOPICS=true``
+``reasonwire topics plan`` prints it, ``reasonwire topics apply`` creates what is missing,
+adds the partitions the plan has more of (:func:`changes`; never removes one, never changes a
+replication factor: :func:`refusal`) and says what else differs; the worker creates topics itself only with ``RW_CREATE_TOPICS=true``
 (``make run`` and the tests), and otherwise checks they exist. Where topics are managed by
 ACLs or a platform team, the plan is what to hand over.
 
@@ -128,6 +129,49 @@ def diff(wanted: Iterable[TopicSpec], actual: Mapping[str, ActualTopic]) -> list
             if _normal(name, have.config.get(name)) != _normal(name, value):
                 out.append(Difference(spec.name, name, value, have.config.get(name)))
     return out
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What ``reasonwire topics apply`` does about the differences of a topic that exists."""
+
+    grow: Mapping[str, int]
+    """Topic → the plan's partition count, where the topic has fewer: the one change Kafka makes
+    in place (partitions are only ever added) and the workers follow (docs/scaling.md)."""
+    refused: list[Difference]
+    """Differences no apply may make: fewer partitions (Kafka cannot remove one; a run's key would
+    map elsewhere and its records be read out of order) and another replication factor (a
+    reassignment of every partition's replicas, for an operator with ``kafka-reassign-partitions``)."""
+
+
+def changes(differences: Iterable[Difference]) -> Changes:
+    """Sort the differences into the partitions to add and the changes refused (the rest — a
+    config value — is only reported)."""
+    grow: dict[str, int] = {}
+    refused: list[Difference] = []
+    for d in differences:
+        if d.what == "partitions" and int(d.wanted or 0) > int(d.actual or 0):
+            grow[d.topic] = int(d.wanted or 0)
+        elif d.what in ("partitions", "replication"):
+            refused.append(d)
+    return Changes(grow, refused)
+
+
+def refusal(refused: Iterable[Difference]) -> str:
+    """One line for every refused change, grouped by what and by the values (eight topics at the
+    same count are one clause, not eight lines)."""
+    groups: dict[tuple[str, str | None, str | None], list[str]] = {}
+    for d in refused:
+        groups.setdefault((d.what, d.actual, d.wanted), []).append(d.topic)
+    clauses = []
+    for (what, actual, wanted), names in groups.items():
+        where = names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more topics"
+        if what == "partitions":
+            why = f"Kafka cannot remove partitions: set RW_PARTITIONS={actual}, or recreate the topics"
+        else:
+            why = f"apply does not move replicas: set RW_REPLICATION_FACTOR={actual}, or reassign them with kafka-reassign-partitions"
+        clauses.append(f"{where}: {what} is {actual}, the plan says {wanted} ({why})")
+    return "refused, nothing changed: " + "; ".join(clauses)
 
 
 def missing(differences: Iterable[Difference]) -> list[str]:

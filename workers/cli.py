@@ -14,7 +14,7 @@ traceback (:mod:`reasonwire.workers.ops.errors`). Exit statuses, every command:
 * 1 — ``translate``: an event was malformed (R7: the run ends with ``RUN_ERROR``
   and the line is named); ``replay``: the provider would reject what is left;
   ``topics apply``: a topic still differs from the plan; ``ingest``: the broker
-  refused a record;
+  refused a record, or an event is malformed (the line named, as ``translate`` names it);
 * 2 — unusable arguments, input, path or configuration (any variable of the
   command's settings, the policy file, credentials a service refuses, topics missing
   without ``RW_CREATE_TOPICS``, a gateway port already taken): input with no events,
@@ -40,7 +40,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO, TypeVar
+from typing import BinaryIO, NoReturn, TypeVar
 
 
 from reasonwire.contracts.artefacts import AGUI_VERSIONS
@@ -103,8 +103,16 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """One line for an argument a user got wrong, as for every other mistake (exit 2): the usage
+    block argparse prints first buried the line that says what was wrong; ``--help`` has it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="reasonwire", description="Reasoning backbone: provider streams → AG-UI.")
+    parser = _Parser(prog="reasonwire", description="Reasoning backbone: provider streams → AG-UI.")
     parser.add_argument("--version", action="version", version=f"reasonwire {_version()}")
     sub = parser.add_subparsers()
     tr = sub.add_parser("translate", help="translate one provider stream to AG-UI events (offline)", **settings_epilog())
@@ -133,11 +141,11 @@ def _parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", help="run a Kafka worker (configured from the environment)")
     worker_sub = worker.add_subparsers(required=True)
     normalize = worker_sub.add_parser(
-        "normalize", help="reasoning.raw.v1 → AG-UI events, artefacts in Redis", **settings_epilog(NormalizeSettings)
+        "normalize", help="reasoning.raw.v1 → AG-UI events, artefacts in Redis", description=_PROBES, **settings_epilog(NormalizeSettings)
     )
     normalize.set_defaults(starts_services=True, command=_normalize)
     replay_worker = worker_sub.add_parser(
-        "replay", help="reasoning.replay.requests.v1 → replies (request/reply)", **settings_epilog(ReplayWorkerSettings)
+        "replay", help="reasoning.replay.requests.v1 → replies (request/reply)", description=_PROBES, **settings_epilog(ReplayWorkerSettings)
     )
     replay_worker.set_defaults(starts_services=True, command=_replay_worker)
     erase = sub.add_parser("erase", help="remove every stored artefact of a thread from Redis", **settings_epilog(EraseSettings))
@@ -159,6 +167,13 @@ def _parser() -> argparse.ArgumentParser:
     topics_command.add_topics_arguments(sub.add_parser("topics", help="the topic plan: print it, or create/check the topics"))
     topics_command.add_asyncapi_arguments(sub.add_parser("asyncapi", help="write the AsyncAPI 3.0 document of every topic"))
     return parser
+
+
+_PROBES = (
+    "Probes on RW_HEALTH_HOST:RW_HEALTH_PORT: GET /healthz, GET /readyz, and GET /metrics (Prometheus) — served "
+    "only with OTEL_METRICS_EXPORTER=prometheus (or otlp,prometheus); without it /metrics answers 404 and no "
+    "metric is aggregated (docs/operations.md, \"Metrics\"). An address that cannot be bound stops the worker (exit 2)."
+)
 
 
 # -- commands that need the services ---------------------------------------------------

@@ -1,6 +1,6 @@
 // Open /v1/viewer in headless Chromium (Debian's, via playwright-core), wait for the run to end,
 // take a screenshot and print what the page rendered as JSON.
-// Usage: node viewer_screenshot.mjs '{"url": ..., "chromium": "/usr/bin/chromium", "screenshot": "out.png"}'
+// Usage: node viewer_screenshot.mjs '{"url": ..., "chromium": "/usr/bin/chromium", "screenshot": "out.png"[, "timeout": ms]}'
 import { chromium } from "playwright-core";
 
 const cfg = JSON.parse(process.argv[2]);
@@ -12,7 +12,7 @@ const browser = await chromium.launch({
 try {
   const page = await browser.newPage();
   await page.goto(cfg.url);
-  await page.waitForSelector("#status.done", { timeout: 90_000 });
+  await page.waitForSelector("#status.done", { timeout: cfg.timeout || 90_000 });
   await page.screenshot({ path: cfg.screenshot, fullPage: true });
   const rendered = await page.evaluate(() => ({
     status: document.getElementById("status").textContent,

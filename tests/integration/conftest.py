@@ -176,6 +176,7 @@ class WorkerProcess:
             "RW_GROUP_ID": settings.group_id,
             "RW_PARTITIONS": str(settings.partitions),
             "RW_INACTIVITY_TIMEOUT_S": str(settings.inactivity_timeout_s),
+            "RW_HEALTH_PORT": "0",  # several workers at once, other checkouts' on this host: a taken port stops a worker (tests that probe pass one)
             **(extra_env or {}),
         }
         self.log = log

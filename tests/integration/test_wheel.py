@@ -27,6 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from reasonwire.contracts.grammars import Grammar
 from reasonwire.workers.ops.settings import WorkerSettings
 from tests.integration.gateway_support import GatewayProcess
 
@@ -115,3 +116,27 @@ def test_gateway_from_the_installed_wheel_serves_the_viewer(wheel: Path, tmp_pat
         gateway.stop()
     assert page.status_code == 200, page.text[:500]
     assert page.headers["content-type"].startswith("text/html") and "<html" in page.text.lower()
+
+
+def test_demo_from_the_installed_wheel_publishes_the_shipped_samples(wheel: Path, tmp_path: Path, primed_group: WorkerSettings) -> None:
+    """The wheel is the whole product: `reasonwire demo` runs from a clean venv, outside any
+    checkout, on the sample streams the package ships (it exited 2 naming a folder inside
+    site-packages that could never exist)."""
+    with zipfile.ZipFile(wheel) as whl:
+        shipped = {n for n in whl.namelist() if n.startswith("reasonwire/workers/commands/samples/")}
+    assert len(shipped) == 2 * len(Grammar) and all(whl_name.endswith(".jsonl") for whl_name in shipped)
+    venv = tmp_path / "venv"
+    run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
+    offline_first([venv / "bin" / "python", "-m", "pip", "install", "--quiet", wheel], [wheel], cwd=tmp_path)
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": primed_group.kafka_bootstrap_servers,
+        "REDIS_URL": primed_group.redis_url,
+        "RW_GROUP_ID": primed_group.group_id,  # primed at the raw topic's end: the demo's worker reads only the demo's runs
+        "RW_HEALTH_PORT": "0",
+    }
+    done = run(venv / "bin" / "reasonwire", "demo", cwd=tmp_path, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"published {2 * len(Grammar)} sample streams" in done.stderr
+    finished = [line for line in done.stdout.splitlines() if "RUN_FINISHED" in line]
+    assert len(finished) == 2 * len(Grammar), done.stdout[-3000:]
+    assert "artefacts stored in Redis" in done.stdout

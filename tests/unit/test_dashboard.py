@@ -110,8 +110,35 @@ def _in_process_scrape() -> str:
     HealthMetrics(telemetry).lag[0] = 3
     text = telemetry.scrape()
     assert text is not None
-    gateway = GatewayMetrics(SimpleNamespace(clients=1, served=2, fanout=SimpleNamespace(readers={})))
-    return text.decode() + gateway.scrape().decode()
+    return text.decode() + _gateway_scrape()
+
+
+def _gateway_scrape() -> str:
+    """One data point in every instrument of the gateway's ``/metrics``."""
+    from reasonwire.workers.ops.metrics import GatewayCounts, GatewayMetrics
+
+    counts = GatewayCounts(resumed=1, sent_bytes=100)
+    counts.ingest_records["anthropic-messages"] += 3
+    counts.ingest_bytes["anthropic-messages"] += 300
+    counts.ingest_refusals["malformed_event"] += 1
+    gateway = GatewayMetrics(SimpleNamespace(clients=1, served=2, dropped=0, counts=counts, fanout=SimpleNamespace(readers={})))
+    gateway.duration.record(0.01, {"http.request.method": "GET", "http.route": "/healthz", "http.response.status_code": 200})
+    gateway.active.add(1, {"http.request.method": "GET", "url.scheme": "http"})
+    return gateway.scrape().decode()
+
+
+def test_the_gateways_red_metrics_follow_the_opentelemetry_http_conventions() -> None:
+    """``http.server.request.duration`` (s) by method, route and status; active requests; the
+    ingest and SSE reader counters — as Prometheus scrapes them."""
+    text = _gateway_scrape()
+    assert 'http_server_request_duration_seconds_bucket{' in text
+    line = next(l for l in text.splitlines() if l.startswith("http_server_request_duration_seconds_count{"))
+    assert 'http_request_method="GET"' in line and 'http_route="/healthz"' in line and 'http_response_status_code="200"' in line
+    assert 'le="0.005"' in text and 'le="10.0"' in text  # the conventions' advised boundaries
+    assert "http_server_active_requests{" in text
+    for name in ("reasonwire_gateway_ingest_records_total", "reasonwire_gateway_ingest_size_bytes_total", "reasonwire_gateway_ingest_refusals_total",
+                 "reasonwire_gateway_streams_resumed_total", "reasonwire_gateway_streams_dropped_total", "reasonwire_gateway_sent_bytes_total"):
+        assert name in text, name
 
 
 def test_item6_promql_names_are_parsed_out_of_the_expressions() -> None:
@@ -129,6 +156,8 @@ def test_item6_dashboard_shows_what_seed_002_says_operators_need() -> None:
         "reasonwire_run_time_to_first_reasoning_seconds_bucket", "reasonwire_run_time_to_first_text_seconds_bucket",
         "reasonwire_runs_ended_total", "reasonwire_dlq_records_total", "reasonwire_dlq_code", "reasonwire_consumer_lag",
         "reasonwire_poll_duration_seconds_bucket", "reasonwire_gateway_clients",
+        "http_server_request_duration_seconds_bucket", "http_route", "http_response_status_code", "http_server_active_requests",
+        "reasonwire_gateway_ingest_refusals_total", "reasonwire_gateway_streams_dropped_total", "reasonwire_gateway_sent_bytes_total",
     ):
         assert needed in text, needed
 

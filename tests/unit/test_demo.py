@@ -13,10 +13,12 @@ from reasonwire.workers.commands.demo import SAMPLE_CASES, artefact_table, sampl
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_default_samples_are_the_repositorys_two_cases_per_grammar() -> None:
+def test_the_default_samples_are_the_packages_two_cases_per_grammar_the_repositorys_fixtures() -> None:
     root, streams = sample_streams(None)
-    assert root == LOCAL_FIXTURES and root.is_relative_to(ROOT)  # nothing from beside the clone
+    assert root.resolve() == (ROOT / "workers" / "commands" / "samples").resolve()  # package data: what a wheel carries
     assert sorted((p.parent.name, p.stem) for p in streams) == sorted((g.value, c) for g in Grammar for c in SAMPLE_CASES)
+    for stream in streams:  # links, so the samples are the fixtures the conformance suite checks
+        assert stream.read_bytes() == (LOCAL_FIXTURES / stream.parent.name / stream.name).read_bytes()
 
 
 def test_a_named_folder_publishes_every_stream_of_each_grammar(tmp_path: Path) -> None:

@@ -74,3 +74,20 @@ def test_render_lists_every_topic_with_its_policy() -> None:
     usage = next(line for line in lines if line.startswith(topics.USAGE))
     assert usage.split()[1:6] == ["6", "3", "2", "30d", "compact,delete"]
     assert len(lines) == 1 + len(topic_plan.ROLES)
+
+
+def test_apply_grows_partitions_and_refuses_a_decrease_or_another_replication_in_one_line() -> None:
+    """``topics apply``: more partitions than the topic has is the change it makes; fewer, or
+    another replication factor, is refused — eight topics at the same count in one clause."""
+    from reasonwire.contracts.topic_plan import ActualTopic, changes, diff, plan, refusal
+
+    at8 = {s.name: ActualTopic(8, 1, s.config) for s in plan(8)}
+    grow = changes(diff(plan(12), at8))
+    assert grow.grow == {s.name: 12 for s in plan(12)} and grow.refused == []
+    assert changes(diff(plan(8), at8)) == changes([])
+    shrink = changes(diff(plan(4, 3), at8))
+    assert shrink.grow == {}
+    line = refusal(shrink.refused)
+    assert "\n" not in line and line.startswith("refused, nothing changed: ")
+    assert "reasoning.raw.v1 and 7 more topics: partitions is 8, the plan says 4" in line
+    assert "replication is 1, the plan says 3" in line and "RW_REPLICATION_FACTOR=1" in line

@@ -7,9 +7,10 @@ would, prints the normalized AG-UI events as they arrive on
 (kind, entity, size and a sha256 prefix — an opaque value is never printed,
 P8), then stops the worker.
 
-The samples are the repository's own (``tests/fixtures/<grammar>/``, the two
-article cases of each grammar), so a bare clone runs the demo; ``RW_SAMPLES``
-names another folder of ``<grammar>/*.jsonl`` streams instead.
+The samples ship with the package (``samples/<grammar>/`` beside this module: the two
+article cases of each grammar, links to ``tests/fixtures/`` in the repository that the
+wheel carries as files), so a bare clone and a ``pip install`` both run the demo;
+``RW_SAMPLES`` names another folder of ``<grammar>/*.jsonl`` streams instead.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.io.store import ArtefactStore
 from reasonwire.workers.translators import implemented
 
-FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
+SAMPLES = Path(__file__).with_name("samples")
+"""The package's sample streams (package data: present in a checkout and in an installed wheel)."""
 SAMPLE_CASES = ("a_reasoning_then_answer", "b_reasoning_then_tool_call")
 """The article's two cases: reasoning then an answer, reasoning then a tool call. The other
 fixtures (errors, interruptions, unknown events) are test material, not a demo."""
@@ -52,14 +54,14 @@ def sample_streams(folder: str | None = None) -> tuple[Path, list[Path]]:
     if folder:
         root = Path(folder)
         return root, sorted(p for g in implemented() for p in (root / g.value).glob("*.jsonl"))
-    return FIXTURES, [p for g in implemented() for c in SAMPLE_CASES if (p := FIXTURES / g.value / f"{c}.jsonl").exists()]
+    return SAMPLES, [p for g in implemented() for c in SAMPLE_CASES if (p := SAMPLES / g.value / f"{c}.jsonl").exists()]
 
 
 def main(settings: DemoSettings | None = None) -> int:
     settings = settings or DemoSettings.from_env()
     root, samples = sample_streams(settings.samples)
-    if not samples:
-        print(f"reasonwire demo: no sample streams under {root} (expected <grammar>/*.jsonl; RW_SAMPLES names the folder)", file=sys.stderr)
+    if not samples:  # only a named folder can be empty: the package's own samples ship with it
+        print(f"reasonwire demo: no sample streams under {root} (RW_SAMPLES: expected <grammar>/*.jsonl there)", file=sys.stderr)
         return 2
     partitions = asyncio.run(ensure_topics(settings))
     log_path = Path(tempfile.gettempdir()) / f"reasonwire-demo-worker-{os.getpid()}.log"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import socket
 import sys
@@ -52,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyBookError as exc:
         raise UserError(str(exc)) from None
     asyncio.run(_ready(settings))
-    listener = _listen(settings.host, settings.port, "--port" if "port" in overrides else "RW_GATEWAY_PORT")
+    from reasonwire.workers.ops.health import listen
+
+    listener = listen(settings.host, settings.port, "--port" if "port" in overrides else "RW_GATEWAY_PORT")
     if not keys:  # after the checks: a failure to start stays the one line on stderr
         print("reasonwire: warning: no API keys (RW_GATEWAY_KEYS_FILE / RW_GATEWAY_KEYS): every /v1 request gets 401", file=sys.stderr)
     return serve(settings, keys, listener)
@@ -78,21 +81,6 @@ async def _ready(settings: GatewaySettings) -> None:
         raise kafka_unreachable(settings, exc) from None
 
 
-def _listen(host: str, port: int, source: str) -> socket.socket:
-    """The bound, listening socket, or one line naming the address and the setting that chose it."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError as exc:
-        sock.close()
-        raise UserError(f"cannot listen on {host}:{port} ({source}): {exc.strerror or type(exc).__name__}") from None
-    sock.set_inheritable(True)
-    return sock
-
-
 def serve(settings: GatewaySettings, keys: object, listener: socket.socket) -> int:
     """Serve on ``listener`` until SIGINT/SIGTERM (uvicorn's graceful shutdown)."""
     import uvicorn
@@ -101,11 +89,12 @@ def serve(settings: GatewaySettings, keys: object, listener: socket.socket) -> i
 
     release_interrupts()  # from here uvicorn's own shutdown on SIGINT/SIGTERM
     host, port = listener.getsockname()[:2]
-    print(f"reasonwire gateway on http://{host}:{port} (viewer: /v1/viewer)", file=sys.stderr, flush=True)
+    # through the log handler, so RW_LOG_FORMAT=json has no plain line
+    logging.getLogger("reasonwire.gateway").info("reasonwire gateway on http://%s:%d (viewer: /v1/viewer)", host, port)
     config = uvicorn.Config(
         create_app(settings, keys),  # type: ignore[arg-type]
         log_config=None,  # uvicorn's records go through the root handler (workers/ops/logs.py)
-        access_log=settings.access_log,
+        access_log=False,  # the app's own (RW_GATEWAY_ACCESS_LOG): with its duration and bytes, fields in JSON
         use_colors=False,
         lifespan="on",
     )

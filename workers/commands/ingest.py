@@ -4,7 +4,10 @@
 each provider event the moment its line (or SSE frame) is complete — the pipe may
 stay open for as long as the provider streams. End of input publishes ``end``;
 SIGINT/SIGTERM publish ``abort``. One JSON line on stdout says what was published.
-Exit status: 0 published, 1 the broker refused a record, 2 unusable input: an id outside the id
+Exit status: 0 published, 1 the broker refused a record or an event is malformed (not JSON, not
+the grammar: the line named as ``translate`` names it — a capture file is checked whole before
+anything is published; on a live stream the events before it are published and the run is
+aborted, and stdout says ``"outcome": "abort"``), 2 unusable input: an id outside the id
 grammar (``reasonwire.contracts.ids``), a stream of another grammar or one without events —
 refused with ``translate``'s wording before anything is published; 3 the broker is unreachable
 (checked before anything is read), 130 interrupted.
@@ -17,6 +20,7 @@ import asyncio
 import json
 import os
 import signal
+import stat
 import sys
 import threading
 from typing import BinaryIO
@@ -55,10 +59,34 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"reasonwire: cannot read {args.input}: {exc.strerror}", file=sys.stderr)
         return 2
+    refused = _check_file(args.provider, source)
+    if refused is not None:
+        return refused
     try:
         return asyncio.run(_ingest(args, source))
     except KeyboardInterrupt:  # abort was already published by the cancelled run
         return 130
+
+
+def _check_file(provider: str, source: BinaryIO) -> int | None:
+    """A capture file is checked whole before anything is published, as ``translate`` checks it: the
+    exit status of a refusal (one line on stderr), or None. A pipe cannot be read ahead: its events
+    are checked one by one as they are published (:class:`~reasonwire.workers.services.ingress.publisher.RunPublisher`)."""
+    from reasonwire.workers.services.ingress.publisher import MalformedEvent, NotThisGrammar, check_capture
+
+    if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
+        return None
+    try:
+        check_capture(provider, source.read())
+    except NotThisGrammar as exc:
+        print(f"reasonwire: error: {exc}", file=sys.stderr)
+        return 2
+    except MalformedEvent as exc:
+        print(f"reasonwire: error: {exc}; nothing was published", file=sys.stderr)
+        return 1
+    finally:
+        source.seek(0)
+    return None
 
 
 def _reader(source: BinaryIO, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes]) -> None:
@@ -77,7 +105,7 @@ def _reader(source: BinaryIO, loop: asyncio.AbstractEventLoop, chunks: asyncio.Q
 async def _ingest(args: argparse.Namespace, source: BinaryIO) -> int:
     from aiokafka.errors import KafkaError
 
-    from reasonwire.workers.services.ingress.publisher import IngressError, NotThisGrammar, Publisher
+    from reasonwire.workers.services.ingress.publisher import IngressError, MalformedEvent, NotThisGrammar, Publisher
     from reasonwire.workers.ops.settings import IngestSettings
 
     loop = asyncio.get_running_loop()
@@ -114,6 +142,13 @@ async def _ingest(args: argparse.Namespace, source: BinaryIO) -> int:
     except NotThisGrammar as exc:
         print(f"reasonwire: error: {exc}", file=sys.stderr)  # translate's line; nothing was published
         return 2
+    except MalformedEvent as exc:  # refused before its record; the events before it, if any, end in `abort`
+        if not run.published:
+            print(f"reasonwire: error: {exc}; nothing was published", file=sys.stderr)
+            return 1
+        print(f"reasonwire: error: {exc}; run {args.run_id} aborted after {run.published} events", file=sys.stderr)
+        print(json.dumps({"run_id": args.run_id, "published": run.published, "outcome": "abort"}), flush=True)
+        return 1
     except IngressError as exc:
         print(f"reasonwire: {exc}", file=sys.stderr)
         return 1

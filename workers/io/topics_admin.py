@@ -13,11 +13,15 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 
-from reasonwire.contracts.topic_plan import ActualTopic, Difference, TopicSpec, diff, missing
+from reasonwire.contracts import topics
+from reasonwire.contracts.topic_plan import ActualTopic, Difference, TopicSpec, changes, diff, missing, refusal
 from reasonwire.workers.io.kafka_security import client_kwargs
 from reasonwire.workers.ops.health import HealthServer, wait_until_allowed
 
@@ -69,13 +73,16 @@ async def describe(admin: AIOKafkaAdminClient, names: Iterable[str]) -> dict[str
     }
 
 
-async def _until_visible(admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec], created: list[str], timeout_s: float = 15.0) -> dict[str, ActualTopic]:
-    """The cluster after a create: a new topic shows in the metadata only once its partitions
-    have leaders, so ask again (briefly) rather than report it missing."""
+async def _until_visible(
+    admin: AIOKafkaAdminClient, specs: Sequence[TopicSpec], created: list[str], timeout_s: float = 15.0, *, grown: Mapping[str, int] | None = None
+) -> dict[str, ActualTopic]:
+    """The cluster after a create (or added partitions): a new topic or partition shows in the
+    metadata only once it has a leader, so ask again (briefly) rather than report it missing."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         actual = await describe(admin, (s.name for s in specs))
-        if all(name in actual for name in created) or asyncio.get_running_loop().time() > deadline:
+        seen = all(name in actual for name in created) and all(name in actual and actual[name].partitions >= n for name, n in (grown or {}).items())
+        if seen or asyncio.get_running_loop().time() > deadline:
             return actual
         await asyncio.sleep(0.2)
 
@@ -124,6 +131,118 @@ async def ensure(bootstrap_servers: str, specs: Sequence[TopicSpec], *, create: 
     return {name: changed.get(name, n) for name, n in wanted.items()}
 
 
+class UnsafeChange(RuntimeError):
+    """The plan asks for a change ``topics apply`` refuses (fewer partitions, another replication
+    factor): one line naming them all; nothing was changed."""
+
+
+class NotDrained(RuntimeError):
+    """Partitions would be added to the raw topic while the normalizer group has not consumed it."""
+
+    def __init__(self, group: str, lag: int, waited_s: float) -> None:
+        super().__init__(
+            f"not adding partitions: the normalizer group {group!r} still has {lag} records of {topics.RAW} to consume "
+            f"after {waited_s:g}s — stop the ingresses until its lag is 0 (docs/scaling.md), or pass --live "
+            "(runs caught mid-move then end sequence_gap)"
+        )
+        self.lag = lag
+
+
+@dataclass
+class Applied:
+    """What ``topics apply`` did and what still differs."""
+
+    created: list[str] = field(default_factory=list)
+    grown: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Topic → (partitions before, after)."""
+    differences: list[Difference] = field(default_factory=list)
+
+
+async def raw_lag(bootstrap_servers: str, group: str) -> int:
+    """Records of the raw topic the normalizer group has not committed (from the start of the
+    log for a partition it never committed): 0 means every record was consumed — and so journaled
+    — by its owner."""
+    admin = admin_client(bootstrap_servers)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=None, **client_kwargs())
+    await admin.start()
+    await consumer.start()
+    try:
+        parts = [TopicPartition(topics.RAW, p) for p in consumer.partitions_for_topic(topics.RAW) or await _partitions(consumer)]
+        committed = await _committed(admin, group, parts)
+        ends, starts = await consumer.end_offsets(parts), await consumer.beginning_offsets(parts)
+        lag = 0
+        for tp in parts:
+            done = committed.get(tp)
+            position = done.offset if done is not None and done.offset >= 0 else starts[tp]
+            lag += max(0, ends[tp] - position)
+        return lag
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+async def _committed(admin: AIOKafkaAdminClient, group: str, parts: list[TopicPartition], timeout_s: float = 20.0) -> dict[TopicPartition, Any]:
+    """The group's committed offsets; asked again while the broker is still electing the group's
+    coordinator (a fresh cluster creates ``__consumer_offsets`` on the first such request)."""
+    from aiokafka.errors import CoordinatorLoadInProgressError, CoordinatorNotAvailableError
+
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        try:
+            return dict(await admin.list_consumer_group_offsets(group, partitions=parts))
+        except (CoordinatorNotAvailableError, CoordinatorLoadInProgressError):
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
+async def _partitions(consumer: AIOKafkaConsumer) -> set[int]:
+    await consumer._client.force_metadata_update()  # noqa: SLF001 - a consumer's first metadata
+    return consumer.partitions_for_topic(topics.RAW) or set()
+
+
+async def wait_drained(bootstrap_servers: str, group: str, timeout_s: float) -> None:
+    """Until the normalizer group's lag on the raw topic is 0 (:class:`NotDrained` after ``timeout_s``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while (lag := await raw_lag(bootstrap_servers, group)) > 0:
+        if loop.time() >= deadline:
+            raise NotDrained(group, lag, timeout_s)
+        await asyncio.sleep(1.0)
+
+
+async def apply_plan(
+    bootstrap_servers: str, specs: Sequence[TopicSpec], *, check: bool, group: str, live: bool = False, drain_timeout_s: float = 60.0
+) -> Applied:
+    """``reasonwire topics apply``: refuse an unsafe change (:class:`UnsafeChange`, before anything
+    is changed); unless ``check``, create the missing topics and add the partitions the plan has
+    more of — the raw topic's only once the normalizer group has consumed it (:func:`wait_drained`;
+    ``live`` skips the wait). Returns what was done and what still differs."""
+    admin = admin_client(bootstrap_servers)
+    await admin.start()
+    try:
+        actual = await describe(admin, (s.name for s in specs))
+        todo = changes(diff(specs, actual))
+        if todo.refused:
+            raise UnsafeChange(refusal(todo.refused))
+        done = Applied()
+        if check:
+            done.differences = diff(specs, actual)
+            return done
+        if todo.grow:
+            if topics.RAW in todo.grow and not live:
+                await wait_drained(bootstrap_servers, group, drain_timeout_s)
+            await admin.create_partitions({name: NewPartitions(total_count=n) for name, n in todo.grow.items()})
+            done.grown = {name: (actual[name].partitions, n) for name, n in todo.grow.items()}
+        absent = [s for s in specs if s.name not in actual]
+        if absent:
+            with contextlib.suppress(TopicAlreadyExistsError):  # another replica created them first
+                await admin.create_topics([NewTopic(s.name, s.partitions, s.replication, topic_configs=dict(s.config)) for s in absent])
+            done.created = [s.name for s in absent]
+        done.differences = diff(specs, await _until_visible(admin, specs, done.created, grown=todo.grow))
+        return done
+    finally:
+        await admin.close()
 async def wait_for_topics(ensure: Callable[[], Awaitable[T]], health: HealthServer | None = None, *, interval_s: float = 5.0) -> T:
     """``ensure()`` (create or check the topics), again every ``interval_s`` while it finds
     topics missing: one warning line when the wait starts, ``/readyz`` 503 naming them meanwhile,

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
@@ -181,7 +182,10 @@ class HealthServer:
 
     def __init__(
         self, readiness: Probe, *, host: str = "0.0.0.0", port: int = 8080, metrics: Scrape | None = None,  # noqa: S104 (a probe port)
+        source: str = "RW_HEALTH_HOST / RW_HEALTH_PORT",
     ) -> None:
+        self.source = source
+        """The settings that chose the address, named when it cannot be bound."""
         self.readiness = readiness
         self.host = host
         self.port = port
@@ -231,16 +235,11 @@ class HealthServer:
         return Response(text, media_type=CONTENT_TYPE)
 
     async def start(self) -> None:
-        import socket
-
         import uvicorn
 
-        try:
-            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-            sock = socket.create_server((self.host, self.port), family=family)
-        except OSError as exc:  # the port is taken: the probes fail visibly; the worker still works
-            log.warning("health probes not served: port %d: %s (set RW_HEALTH_PORT)", self.port, type(exc).__name__)
-            return
+        # a port that cannot be bound stops the worker (exit 2, one line), as it stops the gateway:
+        # a worker without /readyz is one an orchestrator can neither route by nor restart for cause
+        sock = listen(self.host, self.port, self.source)
         self.port = sock.getsockname()[1]  # port 0 in tests: the one chosen
         config = uvicorn.Config(
             self.app(), lifespan="off", access_log=False, log_config=None, log_level="warning", timeout_graceful_shutdown=2,
@@ -258,6 +257,24 @@ class HealthServer:
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wait_for(self._task, 5.0)
         self._server = self._task = None
+
+
+def listen(host: str, port: int, source: str) -> socket.socket:
+    """The bound, listening socket, or :class:`~reasonwire.workers.ops.errors.UserError` (exit 2)
+    naming the address and the setting that chose it — the gateway's port and a worker's probes."""
+    from reasonwire.workers.ops.errors import UserError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port} ({source}): {exc.strerror or type(exc).__name__}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def _in_loop_server(config: Any) -> Any:

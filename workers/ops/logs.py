@@ -94,7 +94,8 @@ FASTSTREAM = ("faststream", "faststream.access.kafka")
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``message``, and
-    ``exception`` (the formatted traceback) when there is one — what log collectors parse."""
+    ``exception`` (the formatted traceback) when there is one — what log collectors parse. A
+    record with ``rw_fields`` (``extra=``) adds them as keys (the gateway's access log)."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {
@@ -103,6 +104,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        fields = getattr(record, "rw_fields", None)
+        if isinstance(fields, dict):  # a structured line (the gateway's access log): its fields as keys
+            entry.update({k: v for k, v in fields.items() if k not in entry})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)

@@ -312,7 +312,10 @@ class TopicSettings(TopicPlanSettings):
 class _WorkerBase(LogSettings, StoreSettings, TopicSettings, RedisSettings, KafkaSettings):
     """What both workers read: the services, the topics, the store, the logs, probes and backoff."""
 
-    health_port: int = Field(8080, ge=0, le=65535, description="port of /healthz and /readyz (0 disables; docs/reliability.md)")
+    health_host: NonEmpty = Field("0.0.0.0", description="bind address of /healthz, /readyz and /metrics")  # noqa: S104 (probes are scraped from outside the pod)
+    health_port: int = Field(
+        8080, ge=0, le=65535, description="port of /healthz, /readyz and /metrics (0 disables; taken: the worker stops, exit 2; docs/reliability.md)"
+    )
     backoff_initial_s: PositiveFloat = Field(
         0.1, allow_inf_nan=False, description="first wait (s) after a failed poll; doubles per failure, with jitter"
     )
@@ -335,10 +338,16 @@ class AgUiSettings(Settings):
     )
 
 
-class NormalizeSettings(_WorkerBase, RedisWaitSettings, AgUiSettings):
-    """What ``worker normalize`` reads (``workers/services/normalizer.py``)."""
+class GroupSettings(Settings):
+    """The normalizer's consumer group: its workers share it, and ``topics apply`` waits for its
+    lag on the raw topic before adding partitions (docs/scaling.md)."""
 
     group_id: NonEmpty = Field("reasonwire-normalizer", description="the normalizer's consumer group; every replica shares it")
+
+
+class NormalizeSettings(_WorkerBase, RedisWaitSettings, AgUiSettings, GroupSettings):
+    """What ``worker normalize`` reads (``workers/services/normalizer.py``)."""
+
     inactivity_timeout_s: PositiveFloat = Field(
         300.0, allow_inf_nan=False, description="a run with no input for this long (s) ends with RUN_ERROR inactivity_timeout"
     )
@@ -374,7 +383,7 @@ class WorkerSettings(NormalizeSettings, ReplayWorkerSettings):
 class DemoSettings(NormalizeSettings):
     """``reasonwire demo``: a worker's settings (it starts one) and where the samples come from."""
 
-    samples: str | None = Field(None, description="a folder of <grammar>/*.jsonl streams to publish (unset: the repository's samples)")
+    samples: str | None = Field(None, description="a folder of <grammar>/*.jsonl streams to publish (unset: the samples the package ships)")
     gateway_url: str | None = Field(None, description="a running gateway: print each run's viewer URL on it (`make run` sets it)")
     demo_key: str | None = Field(None, description="the API key put in the viewer URLs' fragment (`make run` sets it)")
 
@@ -391,8 +400,9 @@ class IngestSettings(LogSettings, KafkaSettings):
     """``reasonwire ingest``: the broker only."""
 
 
-class TopicsApplySettings(TopicPlanSettings, KafkaSettings):
-    """``reasonwire topics apply``: the plan, and the broker it is applied to."""
+class TopicsApplySettings(TopicPlanSettings, KafkaSettings, GroupSettings):
+    """``reasonwire topics apply``: the plan, the broker it is applied to, and the normalizer group
+    whose lag on the raw topic must be 0 before partitions are added."""
 
 
 class AsyncApiSettings(TopicPlanSettings):
@@ -427,7 +437,7 @@ class GatewaySettings(LogSettings, TopicSettings, RedisSettings, KafkaSettings):
     max_runs: PositiveInt = Field(2000, validation_alias="RW_GATEWAY_MAX_RUNS", description="runs kept per partition reader (ended ones evicted first)")
     keys_file: str | None = Field(None, validation_alias="RW_GATEWAY_KEYS_FILE", description="the API key book, a JSON file (docs/gateway.md)")
     keys: str | None = Field(None, validation_alias="RW_GATEWAY_KEYS", description="the same key book as a JSON string, when there is no file")
-    access_log: bool = Field(False, validation_alias="RW_GATEWAY_ACCESS_LOG", description="log one line per HTTP request (uvicorn's access log)")
+    access_log: bool = Field(False, validation_alias="RW_GATEWAY_ACCESS_LOG", description="log one line per HTTP request with its status, duration and bytes (JSON fields with RW_LOG_FORMAT=json)")
     client_chunk_bytes: int = Field(
         64 * 1024,
         ge=4 * 1024,

@@ -732,7 +732,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
     @app.on_startup
     async def _topics() -> None:
         if settings.health_port:  # first: /readyz says what the worker waits for (issue 23 item 2); /metrics
-            expiry["health"] = HealthServer(lambda: readiness(worker), port=settings.health_port, metrics=traces.telemetry.scrape)
+            expiry["health"] = HealthServer(lambda: readiness(worker), host=settings.health_host, port=settings.health_port, metrics=traces.telemetry.scrape)
             await expiry["health"].start()
         await wait_for_topics(lambda: ensure_topics(settings), expiry.get("health"))  # missing: not ready, wait
         await wait_until_allowed(lambda: evicting_store(store, settings), expiry.get("health"), resumed="Redis no longer evicts: starting")

@@ -58,7 +58,7 @@ async def check_redis(settings: WorkerSettings, timeout_s: float = TIMEOUT_S) ->
     try:
         await asyncio.wait_for(redis.ping(), timeout_s)
     except (AuthenticationError, ResponseError) as exc:
-        raise ConfigurationError(f"Redis at {redis_location(settings.redis_url)} refused REDIS_URL: {exc}") from None
+        raise ConfigurationError(redis_refusal(settings.redis_url, exc)) from None
     except (RedisError, OSError, TimeoutError) as exc:
         raise redis_unreachable(settings, exc) from None
     finally:
@@ -86,6 +86,29 @@ def service_failure(exc: BaseException, settings: WorkerSettings) -> ServiceUnre
 def kafka_unreachable(settings: WorkerSettings, exc: BaseException, said: list[str] | None = None) -> ServiceUnreachable:
     why = _why(exc, *(said or ()))
     return ServiceUnreachable(f"cannot reach the Kafka broker at {settings.kafka_bootstrap_servers} (KAFKA_BOOTSTRAP_SERVERS): {why}")
+
+
+AUTH_REQUIRED = ("NOAUTH", "HELLO must be called with the client already authenticated", "Authentication required")
+"""What a Redis that requires a password answers a client that gave none (RESP2 and RESP3 clients)."""
+
+
+def redis_refusal(url: str, exc: BaseException) -> str:
+    """One line for a Redis that answered but refused the URL: no password given where one is
+    required (rather than redis-py's two-sentence ``HELLO must be called…``), wrong credentials,
+    or another refusal (its first sentence). Never the password."""
+    from urllib.parse import urlsplit
+
+    where = redis_location(url)
+    text = str(exc)
+    try:
+        given = bool(urlsplit(url).password)
+    except ValueError:
+        given = False
+    if any(marker in text for marker in AUTH_REQUIRED) and not given:
+        return f"Redis at {where} requires a password and REDIS_URL gives none (redis://:PASSWORD@host:port/db, or redis://USER:PASSWORD@… for an ACL user)"
+    if "WRONGPASS" in text or "invalid username-password" in text or "invalid password" in text:
+        return f"Redis at {where} refused REDIS_URL's user name or password"
+    return f"Redis at {where} refused REDIS_URL: {text.split('. ')[0].rstrip('.')}"
 
 
 def redis_unreachable(settings: WorkerSettings, exc: BaseException) -> ServiceUnreachable:

@@ -194,7 +194,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
     @app.on_startup
     async def _topics() -> None:
         if settings.health_port:  # the same probes as the normalizer's (deploy/helm: liveness, readiness), and /metrics
-            health["server"] = HealthServer(lambda: replay_readiness(broker, store, worker), port=settings.health_port, metrics=telemetry.scrape)
+            health["server"] = HealthServer(lambda: replay_readiness(broker, store, worker), host=settings.health_host, port=settings.health_port, metrics=telemetry.scrape)
             await health["server"].start()
         await topics_admin.wait_for_topics(lambda: ensure_replay_topics(settings), health.get("server"))  # missing: not ready, wait (issue 23 item 2)
 

@@ -61,10 +61,10 @@ from reasonwire.workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, record_s
 from reasonwire.workers.services.gateway.fanout import Fanout, RunLog
 from reasonwire.workers.services.gateway.keys import Audience, KeyBook, Principal
 from reasonwire.workers.services.ingress.records import EventTooLarge, RunEnvelope
-from reasonwire.workers.services.ingress.recognition import NotThisGrammar
+from reasonwire.workers.services.ingress.recognition import MalformedEvent, NotThisGrammar
 from reasonwire.workers.services.ingress.publisher import IngressError, Publisher
 from reasonwire.workers.io.kafka_security import client_kwargs
-from reasonwire.workers.ops.metrics import gateway_metrics
+from reasonwire.workers.ops.metrics import GatewayCounts, GatewayMetrics, RequestMetrics, gateway_metrics
 from reasonwire.workers.io.redis_connect import connect
 from reasonwire.workers.ops.settings import GatewaySettings  # the settings model (issue 23 item 8); imported from here too
 
@@ -219,6 +219,8 @@ class Gateway:
         self._trim = _heap_trimmer()
         self._trim_pending = False
         self._last_trim = float("-inf")
+        self.counts = GatewayCounts()
+        self.metrics = GatewayMetrics(self)
 
     def readers_left(self) -> None:
         """Give the memory of departed readers back: one trim :data:`TRIM_AFTER_S` after a reader
@@ -270,6 +272,7 @@ class Gateway:
         try:
             async with asyncio.timeout(stall):  # no task per write (wait_for would make one)
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
+            self.counts.sent_bytes += len(piece)
         except TimeoutError:
             self._dropped("not reading")
         finally:
@@ -470,7 +473,10 @@ async def run_events(request: Request) -> Response:
             return _unavailable("the run's partition could not be read in time (the broker is unreachable or slow); nothing is known about the run")
         if run is None or run.thread_id != thread_id:
             return _error(404, "no such run in this thread")
-        return EventStreamResponse(gw.stream(run, _resume_after(request)), gw, lease)
+        after = _resume_after(request)
+        if after >= 0:
+            gw.counts.resumed += 1
+        return EventStreamResponse(gw.stream(run, after), gw, lease)
 
     return await _leased(gw, answer)
 
@@ -545,25 +551,32 @@ async def _drained(request: Request, response: Response) -> Response:
 async def ingest(request: Request) -> Response:
     """HTTP ingress: records go out as the chunked body arrives (one per provider event), after the
     grammar is recognised; refused before anything is published when it is not."""
+    gw: Gateway = request.app.state.gateway
+
+    async def refused(reason: str, response: Response) -> Response:
+        gw.counts.ingest_refusals[reason] += 1  # reasonwire.gateway.ingest.refusals
+        return await _drained(request, response)
+
     caller = _authenticated(request)
     if isinstance(caller, Response):
-        return await _drained(request, caller)
+        return await refused("unauthenticated", caller)
     gw, principal = caller
     provider = request.path_params["provider"]
     if provider not in {g.value for g in Grammar}:
-        return await _drained(request, _error(404, f"unknown provider grammar {provider!r}"))
+        known = ", ".join(g.value for g in Grammar)
+        return await refused("unknown_grammar", _error(404, f"unknown provider grammar {provider!r}; one of: {known}"))
     run_id = request.headers.get("rw-run-id")
     if not run_id:
-        return await _drained(request, _error(400, "the RW-Run-Id header is required"))
+        return await refused("bad_request", _error(400, "the RW-Run-Id header is required"))
     thread_id = request.headers.get("rw-thread-id") or run_id
     if bad := _ids(run_id=run_id, thread_id=thread_id):
-        return await _drained(request, bad)
+        return await refused("bad_request", bad)
     if not gw.kafka_ok:
-        return await _drained(request, _unavailable("the broker is unreachable: nothing was published"))
+        return await refused("unavailable", _unavailable("the broker is unreachable: nothing was published"))
     model, scope = request.headers.get("rw-model"), request.headers.get("rw-issuer-scope")
     issuer = request.headers.get("rw-issuer-provider") or None
     if issuer is not None and (bad := _ids(issuer_provider=issuer)):
-        return await _drained(request, bad)
+        return await refused("bad_request", bad)
     limit = gw.event_limit(RunEnvelope(provider, run_id, thread_id, principal.tenant, model, scope, issuer))
     run = None
     try:
@@ -572,21 +585,36 @@ async def ingest(request: Request) -> Response:
             issuer_provider=issuer, check_grammar=True, max_event_bytes=limit,
         ) as run:
             async for chunk in request.stream():
+                gw.counts.ingest_bytes[provider] += len(chunk)
                 await run.feed(chunk)
     except ClientDisconnect:
-        published = run.published if run else 0
+        published = _published(gw, provider, run)
+        gw.counts.ingest_refusals["body_cut"] += 1
         return _error(400, f"the body ended before the request did: run {run_id} aborted after {published} events")
     except NotThisGrammar as exc:
-        return await _drained(request, _error(422, f"{exc}; nothing was published"))
-    except EventTooLarge as exc:
-        published = run.published if run else 0
+        return await refused("not_this_grammar", _error(422, f"{exc}; nothing was published"))
+    except MalformedEvent as exc:  # refused before its record; a run already started was aborted
+        published = _published(gw, provider, run)
         after = "nothing was published" if not published else f"the run was aborted after {published} events"
-        return await _drained(request, _error(413, f"{exc}; {after}", limit=exc.limit, published=published))
+        return await refused("malformed_event", _error(400, f"{exc}; {after}", line=exc.line, published=published))
+    except EventTooLarge as exc:
+        published = _published(gw, provider, run)
+        after = "nothing was published" if not published else f"the run was aborted after {published} events"
+        return await refused("too_large", _error(413, f"{exc}; {after}", limit=exc.limit, published=published))
     except IngressError as exc:
-        published = run.published if run else 0
-        return await _drained(request, _unavailable(f"{exc}; {published} events acknowledged, the run was aborted"))
+        published = _published(gw, provider, run)
+        return await refused("unavailable", _unavailable(f"{exc}; {published} events acknowledged, the run was aborted"))
     assert run is not None
+    _published(gw, provider, run)
     return JSONResponse({"run_id": run_id, "thread_id": thread_id, "published": run.published, "outcome": str(run.outcome)})
+
+
+def _published(gw: Gateway, provider: str, run: Any) -> int:
+    """The provider events the broker acknowledged for ``run`` (0 before it began), counted once
+    in ``reasonwire.gateway.ingest.records``."""
+    published = run.published if run is not None else 0
+    gw.counts.ingest_records[provider] += published
+    return int(published)
 
 
 CAPABILITIES: dict[str, Any] = {
@@ -646,7 +674,7 @@ def create_app(settings: GatewaySettings | None = None, keys: KeyBook | None = N
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", gateway_metrics, methods=["GET"]),  # Prometheus (reasonwire.workers.ops.metrics; issue 23 item 6)
     ]
-    middleware = []
+    middleware = [Middleware(RequestMetrics, metrics=gateway.metrics, access_log=settings.access_log)]  # outermost: every request counted
     if settings.origins:  # a browser app on another origin (HttpAgent, CopilotKit): issue 23 item 11
         middleware.append(
             Middleware(

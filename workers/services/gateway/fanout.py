@@ -50,6 +50,10 @@ from reasonwire.workers.io.partitions import partition_of
 
 log = logging.getLogger("reasonwire.gateway")
 
+READ_BACK_MAX_S = 86_400
+"""How far before a run's first record met a reader looks for the run's beginning: a run longer
+than a day is not looked for further (its readers get keep-alives only, and the log says so)."""
+
 TERMINAL = frozenset({"RUN_FINISHED", "RUN_ERROR"})
 def partition_for(run_id: str, partitions: int) -> int:
     """The partition the normalizer wrote run ``run_id``'s events to (:func:`reasonwire.workers.io.partitions.partition_of`)."""
@@ -161,6 +165,14 @@ class PartitionReader:
         self._new_run: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.records = 0
+        self._headless: dict[tuple[str, str], tuple[int, int]] = {}
+        """Runs first met past their seq 0 — begun before this reader's start point (or evicted and
+        met again) — with the offset and timestamp of that first record: their earlier events are
+        read back (:meth:`_backfill`), else the run is found but nothing of it can ever be served
+        in order (a viewer would say "streaming…" for ever while the run has ended)."""
+        self._backfilling: asyncio.Task[None] | None = None
+        self.backfilled = 0
+        """Runs whose beginning was read back."""
 
     @property
     def failed(self) -> bool:
@@ -170,10 +182,11 @@ class PartitionReader:
         self._task = asyncio.create_task(self._read(), name=f"reader-{self.tp.topic}-{self.tp.partition}")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        for task in (self._task, self._backfilling):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
 
     @property
     def degraded(self) -> bool:
@@ -255,7 +268,76 @@ class PartitionReader:
             self._evict()
             if self._new_run is not None and not self._new_run.done():
                 self._new_run.set_result(None)
+            if seq > 0:
+                self._headless[key] = (record.offset, record.timestamp)  # type: ignore[attr-defined]
+                if self._backfilling is None or self._backfilling.done():
+                    self._backfilling = asyncio.create_task(self._backfill(), name=f"backfill-{self.tp.topic}-{self.tp.partition}")
         run.add(seq, record.value, filter_encrypted=self._public)  # type: ignore[attr-defined]
+
+    async def _backfill(self) -> None:
+        """Read back the beginnings of the headless runs: windows before their first record, each
+        twice as long as the last (from ``lookback_s``), until every one has its seq 0 or the log's
+        start is reached. Their records are added like any other (duplicates dropped, gaps held),
+        so a client already following such a run is served as soon as its start is found. Retried
+        with backoff on a failure, as the partition's own reader is."""
+        backoff = Backoff()
+        while self._headless:
+            try:
+                await self._read_back()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - never fatal: the runs stay found, later served
+                delay = backoff.next_delay()
+                log.warning("reader of %s[%d]: reading back the start of %d runs failed (%s); again in %.1fs", self.tp.topic, self.tp.partition, len(self._headless), type(exc).__name__, delay)
+                await asyncio.sleep(delay)
+
+    async def _read_back(self) -> None:
+        """One pass for the runs headless now (runs met during it wait for the next pass)."""
+        todo = dict(self._headless)
+        tried = set(todo)
+        consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, group_id=None, enable_auto_commit=False, **client_kwargs())
+        try:
+            await consumer.start()
+            consumer.assign([self.tp])
+            first = (await consumer.beginning_offsets([self.tp]))[self.tp]
+            end = max(offset for offset, _ in todo.values())
+            since = max(ts for _, ts in todo.values())
+            oldest = min(ts for _, ts in todo.values()) - READ_BACK_MAX_S * 1000
+            window_ms = max(1000, int(self._lookback_s * 1000))
+            while todo and end > first and since > oldest:
+                since = max(since - window_ms, oldest)
+                window_ms *= 2
+                found = (await consumer.offsets_for_times({self.tp: since})).get(self.tp) if since > 0 else None
+                begin = first if found is None else max(first, min(found.offset, end))
+                consumer.seek(self.tp, begin)
+                while await consumer.position(self.tp) < end:
+                    batch = await consumer.getmany(self.tp, timeout_ms=1000, max_records=2000)
+                    for record in batch.get(self.tp, ()):
+                        if record.offset < end:
+                            self._take_back(record, todo)
+                todo = {k: v for k, v in todo.items() if k in self.runs and not self.runs[k].frames}
+                end = begin
+            if todo:  # their beginning has left the topic (retention), or is older than READ_BACK_MAX_S
+                log.warning("reader of %s[%d]: the start of %d runs was not found: they cannot be served", self.tp.topic, self.tp.partition, len(todo))
+        finally:
+            await consumer.stop()
+        for key in tried:  # found, or given up on
+            self._headless.pop(key, None)
+
+    def _take_back(self, record: object, todo: dict[tuple[str, str], tuple[int, int]]) -> None:
+        """A record read back: only for the runs being read back (the others were read whole already)."""
+        headers = {k: v for k, v in record.headers}  # type: ignore[attr-defined]
+        try:
+            key = (headers[HEADER_TENANT].decode(), headers[HEADER_RUN_ID].decode())
+            seq = int(headers[HEADER_EVENT_SEQ])
+        except (KeyError, ValueError):
+            return
+        run = self.runs.get(key) if key in todo else None
+        if run is None:
+            return
+        had = bool(run.frames)
+        run.add(seq, record.value, filter_encrypted=self._public)  # type: ignore[attr-defined]
+        self.backfilled += not had and bool(run.frames)
 
     def _evict(self) -> None:
         while len(self.runs) > self._max_runs:

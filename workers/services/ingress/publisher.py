@@ -38,11 +38,15 @@ from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.ids import check_id
 from reasonwire.workers.core.arguments import expect, expect_optional_str, type_name
 from reasonwire.workers.services.ingress.records import EventTooLarge, IngressError, OutgoingRecord, RunEnvelope, SSEFramer
-from reasonwire.workers.services.ingress.recognition import GrammarGate, NotThisGrammar, gate_for
+from reasonwire.workers.services.ingress.recognition import GrammarGate, MalformedEvent, NotThisGrammar, gate_for
 from reasonwire.workers.io.kafka_security import client_kwargs
+from reasonwire.workers.core.translator import Translation
 from reasonwire.workers.io.sse import ProviderEvent
 
-__all__ = ["EventTooLarge", "IngressError", "NotThisGrammar", "Publisher", "RunPublisher"]
+__all__ = ["EventTooLarge", "IngressError", "MalformedEvent", "NotThisGrammar", "Publisher", "RunPublisher", "check_capture"]
+
+Event = tuple[bytes, str | None]
+"""One provider event as it is published: its payload bytes and SSE event name."""
 
 
 class RunPublisher:
@@ -65,9 +69,12 @@ class RunPublisher:
         self.envelope = envelope
         self._topic = topic
         self._framer = SSEFramer(max_event_bytes)
-        self._gate: GrammarGate[tuple[bytes, str | None]] | None = gate_for(envelope.grammar) if check_grammar else None
+        self._gate: GrammarGate[Event] | None = gate_for(envelope.grammar) if check_grammar else None
         """Holds the first events until the grammar is recognised (:mod:`reasonwire.workers.services.ingress.recognition`):
-        a stream of another grammar, or no event at all, raises :class:`NotThisGrammar` before any record."""
+        a stream of another grammar, or no event at all, raises :class:`NotThisGrammar` before any record;
+        then checks every event as the worker's translator will: one it would reject (not JSON, not
+        the grammar) raises :class:`MalformedEvent` before its record, instead of a run the worker
+        ends ``malformed_event`` with every later record dead-lettered."""
         self._deliver_timeout_s = deliver_timeout_s
         """The longest wait for the broker's acknowledgement (None: the producer's own timeouts)."""
         self.published = 0
@@ -104,7 +111,7 @@ class RunPublisher:
         if control is Control.END:
             await self._publish(self._framer.finish())
             if self._gate is not None:
-                await self._publish([item for _, item in self._gate.finish()], checked=True)
+                await self._publish(_accepted(self._gate.finish()), checked=True)
         elif self._next_seq == 0:
             self.outcome = control  # nothing was published: there is no run to abort
             return
@@ -116,9 +123,14 @@ class RunPublisher:
             self.published = seq
         self.outcome = control
 
-    async def _publish(self, events: list[tuple[bytes, str | None]], *, checked: bool = False) -> int:
-        if self._gate is not None and not checked:
-            events = [item for e in events for _, item in self._gate.feed(ProviderEvent(self._gate.events + 1, e[0], e[1]), e)]
+    async def _publish(self, events: list[Event], *, checked: bool = False) -> int:
+        if not checked:
+            lines = self._framer.take_lines(len(events))
+            if self._gate is not None:
+                events, refused = _released(self._gate, events, lines)
+                if refused is not None:
+                    await self._publish(events, checked=True)  # the events before it go out; the run is then aborted
+                    raise refused
         if not events:
             return 0
         if self.outcome is not None:
@@ -252,6 +264,39 @@ class Publisher:
         except BaseException:
             await _abort(run)
             raise
+
+
+def _released(gate: GrammarGate[Event], events: list[Event], lines: list[int]) -> tuple[list[Event], MalformedEvent | None]:
+    """What may be published of ``events`` (each checked by ``gate``), and the refusal of the
+    first one the grammar's translator rejects, if any (nothing from it on is published)."""
+    out: list[Event] = []
+    for event, line in zip(events, lines, strict=True):
+        for translation, item in gate.feed(ProviderEvent(line, event[0], event[1]), event):
+            if translation.rejection is not None:
+                return out, MalformedEvent(line, translation.rejection.reason)
+            out.append(item)
+    return out, None
+
+
+def _accepted(held: list[tuple[Translation, Event]]) -> list[Event]:
+    """The events still held at the end of a recognised stream (none of them rejected: a rejected
+    event is what recognises a stream, and it is refused when it is fed)."""
+    return [item for _, item in held]
+
+
+def check_capture(provider: str, data: bytes) -> None:
+    """A whole capture checked before any of it is published: raises :class:`NotThisGrammar` or
+    :class:`MalformedEvent` (naming the line) exactly as publishing it with ``check_grammar``
+    would, so a file that would fail half-way publishes nothing."""
+    gate: GrammarGate[Event] | None = gate_for(provider)
+    if gate is None:
+        return
+    framer = SSEFramer()
+    for events in (framer.feed(data), framer.finish()):
+        _, refused = _released(gate, events, framer.take_lines(len(events)))
+        if refused is not None:
+            raise refused
+    gate.finish()
 
 
 async def _abort(run: RunPublisher) -> None:

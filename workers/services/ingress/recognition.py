@@ -60,6 +60,17 @@ def not_this_grammar(grammar: Grammar, first_type: str | None, other: str | None
 NO_EVENTS = "input held no events"
 
 
+class MalformedEvent(ValueError):
+    """An event of a recognised stream that the grammar's translator rejects (R7: not JSON, not the
+    grammar's shape): refused before its record is published, named by its input line as
+    ``translate`` names it (the reason says what, never the content: P8)."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"input line {line}: {reason}")
+        self.line = line
+        self.reason = reason
+
+
 def event_type(event: ProviderEvent) -> str:
     """The first event's type as a user would recognise it (its name only, never its content, P8)."""
     if event.sse_event:

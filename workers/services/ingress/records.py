@@ -6,6 +6,7 @@ benchmarks; a production ingress does the same with live SSE frames.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -89,6 +90,12 @@ class SSEFramer:
         self._event: str | None = None
         self._data: list[bytes] = []
         self._data_bytes = 0
+        self.lines_read = 0
+        """Complete lines framed so far: an event is named by the line its payload starts on, as
+        ``translate`` names it (the first line is 1)."""
+        self._start = 0
+        self.event_lines: deque[int] = deque()
+        """The starting line of each event returned and not yet taken (:meth:`take_lines`), in order."""
         self.max_event_bytes = max_event_bytes
         """A payload larger than this raises :class:`EventTooLarge` as soon as it is certain — a
         line that long is refused while it is still arriving, never held whole."""
@@ -109,6 +116,7 @@ class SSEFramer:
 
     def line(self, raw: bytes) -> list[tuple[bytes, str | None]]:
         """One complete line (its newline already removed, or not)."""
+        self.lines_read += 1
         line = raw.rstrip(b"\r\n")
         if not line:
             return self._dispatch()
@@ -120,11 +128,19 @@ class SSEFramer:
                 self._event = value.decode("utf-8", "replace")
                 return out
             if name == b"data":
+                if not self._data:
+                    self._start = self.lines_read
                 self._data.append(value)
                 self._data_bytes += len(value) + 1
                 self._check(self._data_bytes - 1)
             return []
-        return [*self._dispatch(), *self._payload(line, None)]
+        out = self._dispatch()
+        self._start = self.lines_read
+        return [*out, *self._payload(line, None)]
+
+    def take_lines(self, count: int) -> list[int]:
+        """The starting lines of the next ``count`` events returned (oldest first)."""
+        return [self.event_lines.popleft() for _ in range(count)]
 
     def finish(self) -> list[tuple[bytes, str | None]]:
         """End of stream: a last frame without its blank line (or newline) still counts."""
@@ -138,7 +154,10 @@ class SSEFramer:
 
     def _payload(self, data: bytes, event: str | None) -> list[tuple[bytes, str | None]]:
         self._check(len(data))
-        return [] if data.strip() == b"[DONE]" else [(data, event)]
+        if data.strip() == b"[DONE]":
+            return []
+        self.event_lines.append(self._start)
+        return [(data, event)]
 
     def _check(self, size: int) -> None:
         if self.max_event_bytes is not None and size > self.max_event_bytes:
