@@ -50,7 +50,7 @@ test: $(STAMP) $(NATIVE) ## run every test (unit, conformance, integration), ser
 	  RW_CREATE_TOPICS=true $(PY) -m pytest -q; \
 	fi
 
-# Issue 16: deploy/cluster.sh starts a Redis Cluster (3 masters + 3 replicas) and a 3-broker
+# deploy/cluster.sh starts a Redis Cluster (3 masters + 3 replicas) and a 3-broker
 # Kafka cluster (RF 3, min.insync.replicas 2) in $(CLUSTER_STATE), on KAFKA_CLUSTER_PORT (19920)
 # and REDIS_CLUSTER_PORT (19940); the cluster tests run against them (the single services for
 # everything else come from deploy/with-services.sh), then the integration suite runs with

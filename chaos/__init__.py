@@ -9,7 +9,7 @@ values. Scenarios, one fault each, in order: baseline; SIGKILL of the worker at
 three points; a rebalance with two workers; Redis ``SHUTDOWN SAVE`` and
 ``SHUTDOWN NOSAVE`` (with the AOF services.sh configures); a 30 s Redis outage
 under load (worker log bytes, CPU and ``/readyz`` measured); a broker restart;
-the bad-input corpus (chaos.load.bad_cases); issue 24's operational events: a
+the bad-input corpus (chaos.load.bad_cases); the operational events: a
 worker paused (SIGSTOP) longer than a short inactivity timeout, a burst backlog,
 a paused worker thawed after its partitions moved, Redis restored from an older
 copy of its files and after ``appendonly no``, an evicting Redis, the replay

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
                              "a distribution, e.g. --only redis_outage --repeat 5 for the /readyz recovery time")
     parser.add_argument("--keep-services", action="store_true", help="leave Kafka and Redis running afterwards")
     parser.add_argument("--kafka-brokers", type=int, default=1,
-                        help="1: the single-node scenarios; 3: a replicated cluster (deploy/cluster.sh) and broker kills (issue 16)")
+                        help="1: the single-node scenarios; 3: a replicated cluster (deploy/cluster.sh) and broker kills")
     parser.add_argument("--worker-tree", default=None,
                         help="run the workers from this source tree (e.g. `git archive <commit>` unpacked) for a before/after")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""The one grammar of run and thread ids, for every way in (issue 26 item 3).
+"""The one grammar of run and thread ids, for every way in.
 
 A run id is a record key, a Kafka header, a Redis key part and a URL path segment
 (``/v1/threads/{threadId}/runs/{runId}/events``). An id that cannot survive all four

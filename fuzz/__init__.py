@@ -1,4 +1,4 @@
-"""A seeded, corpus-based mutation fuzzer for the five translators (issue 18).
+"""A seeded, corpus-based mutation fuzzer for the five translators.
 
 Theory of operation
 -------------------

@@ -214,7 +214,7 @@ class Mutator:
         """An index field (``output_index``, ``index``, ``contentBlockIndex`` …) set negative or absurdly
         large — on one event, or on every event that names the same unit (a stream whose
         ``output_index`` is a huge negative number throughout): malformed input in every grammar,
-        never a lookup the safety net catches (issue 25 item 7)."""
+        never a lookup the safety net catches."""
         picked = self._index_slot(stream, self._pick(stream))
         if picked is None:
             return

@@ -5,7 +5,7 @@ stream's header and its terminal events) is repeated 250 and 2,000 times in one
 run — unit indices shifted and provider ids suffixed per repetition so each copy
 is a new, valid unit — and the cost per input event (translate, then
 ``event_json`` every output, as the worker does) is compared. Linear code gives
-a ratio near 1.0; the target is ≤ 1.3. Two adversarial shapes from issue 18 are
+a ratio near 1.0; the target is ≤ 1.3. Two adversarial shapes are
 probed the same way: Bedrock text deltas followed by as many signature deltas
 on one reasoning block, and Anthropic text blocks left open while as many
 thinking blocks open and close.
@@ -118,7 +118,7 @@ def _walk(value: Any) -> list[tuple[str, Any]]:
 
 
 def bedrock_signatures(reps: int) -> list[bytes]:
-    """One reasoning block: 16·reps text deltas, then 16·reps signature deltas (issue 18)."""
+    """One reasoning block: 16·reps text deltas, then 16·reps signature deltas."""
     n = 16 * reps
     text = [{"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": "thinking "}}}}] * n
     sig = [{"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"reasoningContent": {"signature": "c2ln"}}}}] * n
@@ -128,7 +128,7 @@ def bedrock_signatures(reps: int) -> list[bytes]:
 
 
 def anthropic_open_blocks(reps: int) -> list[bytes]:
-    """8·reps text blocks left open, then 8·reps thinking blocks opened and closed (issue 18)."""
+    """8·reps text blocks left open, then 8·reps thinking blocks opened and closed."""
     n = 8 * reps
     objs: list[dict[str, Any]] = [{"type": "message_start", "message": {"id": "msg_probe", "model": "claude-sonnet-4-5"}}]
     objs += [{"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}} for i in range(n)]

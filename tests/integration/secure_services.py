@@ -1,4 +1,4 @@
-"""A secured Kafka broker and a secured Redis, started by the test itself (issue 16, "Secured clients").
+"""A secured Kafka broker and a secured Redis, started by the test itself.
 
 * Kafka (KRaft, one node, the classpath ``deploy/services.sh`` caches): a ``SASL_SSL`` listener
   offering SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN, with client certificates required (mutual

@@ -1,4 +1,4 @@
-"""Redis down under load: backoff, a few log lines, not-ready, then recovery (issue 13, finding 4).
+"""Redis down under load: backoff, a few log lines, not-ready, then recovery.
 
 Real Kafka; a private real Redis (its own port and dir) so the test can stop it without
 touching the session's. The worker is a real process (``reasonwire worker normalize``).

@@ -1,4 +1,4 @@
-"""Clean CLI failures that need a real service on one side (issue 12): the broker down while
+"""Clean CLI failures that need a real service on one side: the broker down while
 Redis answers, and the commands still working when both answer.
 
 Pure cases (bad settings, Redis down, translate input) are in tests/unit/test_cli_errors.py.

@@ -1,5 +1,5 @@
 """The README's exit-status rows that need a live service on one side, the logs every command
-writes, and ``make run`` keeping its viewer up (issue 23 items 5, 7, 9).
+writes, and ``make run`` keeping its viewer up.
 
 Service-free rows are in tests/unit/test_cli_exit_status.py.
 """
@@ -48,14 +48,14 @@ def test_status_0_ingest_topics_apply_and_erase_with_the_services_up(primed_grou
     no_noise(check.stderr.decode())
     erase = run("erase", "--thread", f"t-{uuid.uuid4().hex[:6]}", env=env)
     assert erase.returncode == 0
-    assert "of tenant 'default' (no --tenant given)" in erase.stderr.decode()  # issue 23 item 14: says which tenant
+    assert "of tenant 'default' (no --tenant given)" in erase.stderr.decode()  # says which tenant
 
 
 # -- 2: the gateway's own start-up failures ------------------------------------------------
 
 
-def test_status_2_a_taken_gateway_port_is_one_line_and_no_gateway_on_issue23_item9(primed_group: WorkerSettings) -> None:
-    """It used to print "gateway on http://…" first, then uvicorn's error."""
+def test_status_2_a_taken_gateway_port_is_one_line_and_announces_no_gateway(primed_group: WorkerSettings) -> None:
+    """Nothing claims "gateway on http://…" before the port is bound, and uvicorn's error is not shown."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
@@ -73,7 +73,7 @@ def test_status_2_a_taken_gateway_port_is_one_line_and_no_gateway_on_issue23_ite
 # -- 3: one service down, the other up -----------------------------------------------------
 
 
-def test_status_3_gateway_with_the_broker_down_is_one_line_issue23_item9(services: dict[str, str]) -> None:
+def test_status_3_gateway_with_the_broker_down_is_one_line(services: dict[str, str]) -> None:
     env = {"REDIS_URL": services["REDIS_URL"], "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{NOWHERE}", "RW_GATEWAY_KEYS": '{"keys": []}'}
     done = run("gateway", env=env, timeout=60)
     err = done.stderr.decode()
@@ -102,10 +102,10 @@ def test_status_130_gateway_ctrl_c_once_serving_stops_it_quietly(primed_group: W
     assert proc.returncode == 130 and b"KeyboardInterrupt" not in err
 
 
-# -- logs (item 7) --------------------------------------------------------------------------
+# -- logs ----------------------------------------------------------------------------------
 
 
-def test_worker_logs_json_lines_without_colours_or_group_chatter_issue23_item7(primed_group: WorkerSettings, tmp_path: Path) -> None:
+def test_worker_logs_json_lines_without_colours_or_group_chatter(primed_group: WorkerSettings, tmp_path: Path) -> None:
     """RW_LOG_FORMAT=json: every line one JSON object (FastStream's and aiokafka's records too),
     no ANSI escape, and aiokafka's group-coordinator INFO records (31 of 45 lines of a demo worker's
     log before) not shown at the default level."""
@@ -132,7 +132,7 @@ def test_worker_logs_json_lines_without_colours_or_group_chatter_issue23_item7(p
 
 
 @pytest.mark.parametrize("access_log", [True, False])
-def test_gateway_access_log_is_a_setting_and_uncoloured_issue23_item7(primed_group: WorkerSettings, tmp_path: Path, access_log: bool) -> None:
+def test_gateway_access_log_is_a_setting_and_uncoloured(primed_group: WorkerSettings, tmp_path: Path, access_log: bool) -> None:
     extra = {"RW_GATEWAY_ACCESS_LOG": "true"} if access_log else {}
     gateway = GatewayProcess(primed_group, tmp_path / "gateway.log", extra_env=extra)
     try:
@@ -144,10 +144,10 @@ def test_gateway_access_log_is_a_setting_and_uncoloured_issue23_item7(primed_gro
     assert ('"GET /healthz HTTP/1.1" 200' in text) is access_log, text[-2000:]
 
 
-# -- make run keeps the viewer up (item 5) ---------------------------------------------------
+# -- make run keeps the viewer up ----------------------------------------------------------
 
 
-def test_make_runs_demo_holds_the_gateway_until_ctrl_c_when_asked_issue23_item5(primed_group: WorkerSettings, tmp_path: Path) -> None:
+def test_make_runs_demo_holds_the_gateway_until_ctrl_c_when_asked(primed_group: WorkerSettings, tmp_path: Path) -> None:
     """RW_DEMO_HOLD=1 (the default in a terminal): the viewer URLs printed answer after the demo
     returned, and Ctrl-C stops the gateway and ends the script with the demo's status."""
     import sys

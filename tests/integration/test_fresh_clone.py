@@ -1,4 +1,4 @@
-"""A fresh clone stands on its own (issue 12): `git clone` of the committed HEAD into an
+"""A fresh clone stands on its own: `git clone` of the committed HEAD into an
 empty temporary folder — nothing beside it, so none of the reference material that sits beside a developer's checkout — then ``make run`` there
 publishes the in-repo sample streams through the real broker and shows ``REASONING_*``
 events, and the clone's own conformance tests find their fixtures.
@@ -91,7 +91,7 @@ def test_make_run_in_a_fresh_clone_publishes_the_in_repo_samples_through_the_bro
     table = done.stdout.split("artefacts stored in Redis", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
     assert table[0].split() == ["sample", "entity", "kind", "subtype", "bytes", "sha256", "complete"]
     assert sorted(line.split()[0] for line in table[1:] if line.strip()) == sorted(f"{g}/{c}" for g in GRAMMARS for c in SAMPLE_CASES)
-    # and where to watch each run: the viewer of the gateway make run started (issue 15)
+    # and where to watch each run: the viewer of the gateway make run started
     viewers = re.findall(r"^  (http://127\.0\.0\.1:\d+/v1/viewer\?thread=\S+&run=(\S+)&audience=\w+)#key=\S+$", done.stdout, re.M)
     assert sorted(run.split("-", 2)[2] for _, run in viewers) == sorted(f"{g}-{c}" for g in GRAMMARS for c in SAMPLE_CASES)
     values = [json_value for path in clone.glob("tests/fixtures/*/[ab]_*.expected.json") for json_value in _opaque_values(path)]

@@ -120,7 +120,7 @@ async def test_keys_and_tenants_401_without_a_key_404_for_another_tenant_403_for
         started = loop.time()
         other = await read_sse(client, _url(gateway, thread_id, run_id), auth("globex-key"))
         assert other.status == 404 and not other.events  # never the other tenant's events
-        assert loop.time() - started >= 7  # issue 26 item 7: answered like a missing run, after the same wait
+        assert loop.time() - started >= 7  # answered like a missing run, after the same wait: timing does not reveal the run
         assert (await read_sse(client, _url(gateway, "another-thread", run_id), auth("acme-public"))).status == 404
         assert (await read_sse(client, _url(gateway, thread_id, run_id, "internal"), auth("acme-public"))).status == 403
         assert (await read_sse(client, _url(gateway, thread_id, "no-such-run-" + run_id), auth("acme-public"))).status == 404
@@ -273,7 +273,7 @@ async def test_post_agent_refuses_without_a_key_a_bad_body_and_an_ungranted_audi
             text = (await response.aread()).decode()
         assert '"type":"RUN_ERROR"' in text and "agent_timeout" in text
         async with client.stream("POST", agent, json={**body, "runId": run_id + "-2"}, headers=auth("globex-key")) as other:
-            assert other.status_code == 200  # issue 26 item 7: threads are per tenant; globex's thread of this id is its own
+            assert other.status_code == 200  # threads are per tenant; globex's thread of this id is its own
 
 
 async def test_post_agent_publishes_a_versioned_run_request_keyed_by_thread(gateway: GatewayProcess, primed_group: Any) -> None:
@@ -342,5 +342,5 @@ def test_gateway_with_an_unreachable_broker_says_so_in_one_line_without_a_traceb
 
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "RW_GATEWAY_KEYS": '{"keys": []}'}
     done = subprocess.run([sys.executable, "-m", "reasonwire.workers.cli", "gateway", "--port", "1"], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 3  # README: a service unreachable (issue 23 item 9; it was 1)
+    assert done.returncode == 3  # README: a service unreachable
     assert done.stderr.splitlines() == ["reasonwire: error: cannot reach the Kafka broker at 127.0.0.1:1 (KAFKA_BOOTSTRAP_SERVERS): connection refused"]

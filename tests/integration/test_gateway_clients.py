@@ -1,10 +1,10 @@
-"""The gateway under real clients (issue 26): slow readers, many stalled readers, odd ids, the wrong
-input, an event too large, another tenant's run, a browser on another origin (issue 23 item 11).
+"""The gateway under real clients: slow readers, many stalled readers, odd ids, the wrong
+input, an event too large, another tenant's run, a browser on another origin.
 
 Real ``reasonwire gateway`` processes on the real broker and Redis (no mocks); events are put
 on the audience topics directly where the normalizer adds nothing to what is tested (a run of
 thousands of padded events, two tenants' runs of one id), through the worker where the id must
-round-trip end to end. The broker outage (item 6) is in ``test_gateway_outage.py``.
+round-trip end to end. The broker outage is in ``test_gateway_outage.py``.
 """
 
 from __future__ import annotations
@@ -159,10 +159,10 @@ def gw(primed_group: Any, tmp_path: Path, gw_env: dict[str, str]) -> Any:
     process.stop()
 
 
-# -- item 1: a slow reader never gets a clean end of a partial run ---------------------------
+# -- a slow reader never gets a clean end of a partial run ---------------------------------------
 
 
-async def test_issue26_item1_a_reader_that_stalls_across_the_runs_end_gets_every_event_or_an_unclean_close(gw: GatewayProcess, primed_group: Any) -> None:
+async def test_a_reader_that_stalls_across_the_runs_end_gets_every_event_or_an_unclean_close(gw: GatewayProcess, primed_group: Any) -> None:
     """A reader with a 4 KiB receive buffer reads a little, stops while the rest of the run (and its
     RUN_FINISHED) arrives, then reads on: every event up to the terminal one, or a connection closed
     without the chunked body's end — then Last-Event-ID resumes to the end. Today's main closed it
@@ -192,7 +192,7 @@ async def test_issue26_item1_a_reader_that_stalls_across_the_runs_end_gets_every
         assert ids + rest.ids == list(range(len(events)))
 
 
-async def test_issue26_item1_a_reader_stalled_past_the_bound_is_cut_off_uncleanly_and_resumes(primed_group: Any, tmp_path: Path) -> None:
+async def test_a_reader_stalled_past_the_bound_is_cut_off_uncleanly_and_resumes(primed_group: Any, tmp_path: Path) -> None:
     """RW_GATEWAY_CLIENT_STALL_S: a reader that does not read for that long is dropped without the
     stream's end (never a clean close of a partial run) and resumes with Last-Event-ID."""
     bootstrap = primed_group.kafka_bootstrap_servers
@@ -218,7 +218,7 @@ async def test_issue26_item1_a_reader_stalled_past_the_bound_is_cut_off_uncleanl
         gw.stop()
 
 
-# -- item 2: bounded memory per client ----------------------------------------------------------
+# -- bounded memory per client -------------------------------------------------------------------
 
 STALLED = 30
 RSS_BOUND_MB = 40
@@ -226,7 +226,7 @@ RSS_BOUND_MB = 40
 64 KiB piece plus the transport's 64 KiB high-water mark: ~4 MB, the rest is allocator slack)."""
 
 
-async def test_issue26_item2_stalled_readers_of_a_large_finished_run_keep_rss_bounded_and_it_falls_back(gw: GatewayProcess, primed_group: Any) -> None:
+async def test_stalled_readers_of_a_large_finished_run_keep_rss_bounded_and_it_falls_back(gw: GatewayProcess, primed_group: Any) -> None:
     bootstrap = primed_group.kafka_bootstrap_servers
     run_id, thread_id = _ids("gw-mem")
     events = _padded_run(run_id, thread_id, 8000, 1000)  # ~8 MB of SSE frames
@@ -262,10 +262,10 @@ async def test_issue26_item2_stalled_readers_of_a_large_finished_run_keep_rss_bo
     assert after - base < RSS_BOUND_MB / 2  # returned after they left
 
 
-# -- item 3: one id grammar -------------------------------------------------------------------
+# -- one id grammar ------------------------------------------------------------------------------
 
 
-async def test_issue26_item3_ids_outside_the_grammar_are_refused_with_400_before_publishing(gw: GatewayProcess, primed_group: Any) -> None:
+async def test_ids_outside_the_grammar_are_refused_with_400_before_publishing(gw: GatewayProcess, primed_group: Any) -> None:
     bootstrap = primed_group.kafka_bootstrap_servers
     before = await _raw_end(bootstrap)
     body = ANTHROPIC.read_bytes()
@@ -293,7 +293,7 @@ async def test_issue26_item3_ids_outside_the_grammar_are_refused_with_400_before
     assert await _raw_end(bootstrap) == before  # nothing published by any of them
 
 
-async def test_issue26_item3_an_id_using_every_allowed_character_round_trips(spawn_worker: Any, gw: GatewayProcess, primed_group: Any) -> None:
+async def test_an_id_using_every_allowed_character_round_trips(spawn_worker: Any, gw: GatewayProcess, primed_group: Any) -> None:
     worker = spawn_worker()
     worker.wait_assigned()
     run_id, thread_id = f"r:1@x~y.z-{uuid.uuid4().hex[:6]}_Q", f"T.{uuid.uuid4().hex[:6]}:a@b~c-d_e"
@@ -305,10 +305,10 @@ async def test_issue26_item3_an_id_using_every_allowed_character_round_trips(spa
     assert seen.status == 200 and seen.events[0]["type"] == "RUN_STARTED" and seen.events[-1]["type"] == "RUN_FINISHED"
 
 
-# -- item 4 (and issue 23 item 10): the wrong grammar, an empty body --------------------------
+# -- the wrong grammar, an empty body ------------------------------------------------------------
 
 
-async def test_issue26_item4_a_wrong_grammar_or_an_empty_body_is_refused_with_4xx_and_publishes_nothing(gw: GatewayProcess, primed_group: Any) -> None:
+async def test_a_wrong_grammar_or_an_empty_body_is_refused_with_4xx_and_publishes_nothing(gw: GatewayProcess, primed_group: Any) -> None:
     bootstrap = primed_group.kafka_bootstrap_servers
     before = await _raw_end(bootstrap)
     async with httpx.AsyncClient(timeout=30) as client:
@@ -326,7 +326,7 @@ async def test_issue26_item4_a_wrong_grammar_or_an_empty_body_is_refused_with_4x
     assert await _raw_end(bootstrap) == before
 
 
-async def test_issue23_item10_ingest_command_refuses_another_grammar_and_an_empty_file_with_translates_wording(primed_group: Any, tmp_path: Path) -> None:
+async def test_ingest_command_refuses_another_grammar_and_an_empty_file_with_translates_wording(primed_group: Any, tmp_path: Path) -> None:
     bootstrap = primed_group.kafka_bootstrap_servers
     before = await _raw_end(bootstrap)
     empty = tmp_path / "empty.jsonl"
@@ -348,10 +348,10 @@ async def test_issue23_item10_ingest_command_refuses_another_grammar_and_an_empt
     assert await _raw_end(bootstrap) == before
 
 
-# -- item 5: an event too large for the topic ---------------------------------------------------
+# -- an event too large for the topic ------------------------------------------------------------
 
 
-async def test_issue26_item5_a_50_mb_event_is_a_413_with_the_limit_before_anything_is_published(gw: GatewayProcess, primed_group: Any) -> None:
+async def test_a_50_mb_event_is_a_413_with_the_limit_before_anything_is_published(gw: GatewayProcess, primed_group: Any) -> None:
     bootstrap = primed_group.kafka_bootstrap_servers
     before = await _raw_end(bootstrap)
     run_id, thread_id = _ids("gw-huge")
@@ -369,10 +369,10 @@ async def test_issue26_item5_a_50_mb_event_is_a_413_with_the_limit_before_anythi
     assert await _raw_end(bootstrap) == before
 
 
-# -- item 7: no cross-tenant signal -------------------------------------------------------------
+# -- no cross-tenant signal ----------------------------------------------------------------------
 
 
-async def test_issue26_item7_another_tenants_run_answers_like_a_missing_one_and_tenant_b_can_use_the_same_id(gw: GatewayProcess, primed_group: Any) -> None:
+async def test_another_tenants_run_answers_like_a_missing_one_and_tenant_b_can_use_the_same_id(gw: GatewayProcess, primed_group: Any) -> None:
     """Tenant acme holds run R. For globex, R answers exactly like a run that does not exist (status,
     body, and the same wait); globex's own R — requested before its first event — is served, with its
     own events only. Ingest on a thread id acme used works for globex too (threads are per tenant)."""
@@ -407,11 +407,11 @@ async def test_issue26_item7_another_tenants_run_answers_like_a_missing_one_and_
             assert answer.status_code == 200, (key, answer.text)
 
 
-# -- issue 23 items 4 and 11: curl as the docs say, a browser on another origin ----------------
+# -- curl as the docs say, a browser on another origin -------------------------------------------
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
-def test_issue23_item4_the_docs_curl_ingest_command_works(gw: GatewayProcess) -> None:
+def test_the_docs_curl_ingest_command_works(gw: GatewayProcess) -> None:
     """docs/gateway.md's example, as written there (a chunked POST from a pipe; `-T` alone is a PUT)."""
     doc = (ROOT / "docs" / "gateway.md").read_text()
     assert "curl -X POST -T -" in doc
@@ -424,7 +424,7 @@ def test_issue23_item4_the_docs_curl_ingest_command_works(gw: GatewayProcess) ->
     assert json.loads(done.stdout)["outcome"] == "end", done.stdout
 
 
-def test_issue23_item11_cors_lets_an_allowed_origin_in_and_no_other(gw: GatewayProcess) -> None:
+def test_cors_lets_an_allowed_origin_in_and_no_other(gw: GatewayProcess) -> None:
     preflight = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"}
     allowed = httpx.options(f"{gw.url}/v1/agent", headers=preflight, timeout=10)
     assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "http://app.example"

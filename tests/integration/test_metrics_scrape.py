@@ -1,4 +1,4 @@
-"""Prometheus ``/metrics`` of a real worker and a real gateway (issue 23 item 6).
+"""Prometheus ``/metrics`` of a real worker and a real gateway.
 
 A real ``reasonwire worker normalize`` process (``OTEL_METRICS_EXPORTER=otlp,prometheus``: OTLP
 still configured, the health port serves the scrape) and a real ``reasonwire gateway``, on real
@@ -56,7 +56,7 @@ def until(check: Any, timeout: float = 30) -> Any:
         time.sleep(0.5)
 
 
-async def test_item6_worker_and_gateway_metrics_move_when_records_flow_and_the_dashboard_names_only_scraped_metrics(
+async def test_worker_and_gateway_metrics_move_when_records_flow_and_the_dashboard_names_only_scraped_metrics(
     spawn_worker: Any, gateway: GatewayProcess, primed_group: Any, producer: Any
 ) -> None:
     health = free_port()

@@ -75,7 +75,7 @@ async def test_bad_input_is_dead_lettered_with_its_bytes_and_the_worker_keeps_ru
     mine = {(d[0] or b"").decode(): d for d in c.dlq if tag.encode() in (d[0] or b"")}
     assert mine[f"nohdr-{tag}"][1] == b"\x00\xffnot json" and "missing header rw-run-id" in mine[f"nohdr-{tag}"][2]["rw-dlq-reason"]
     assert "unknown grammar" in mine[f"grammar-{tag}"][2]["rw-dlq-reason"]
-    # the malformed record; the run's later records follow it as run_ended (issue 13)
+    # the malformed record; the run's later records follow it as run_ended
     [in_run] = [d for d in c.dlq if d[2].get("rw-run-id") == run.run_id and d[2].get("rw-dlq-code") == "malformed_event"]
     assert in_run[1] == b"{definitely not json" and "line 3" in in_run[2]["rw-dlq-reason"]
     stream = c.stream(run.run_id)

@@ -1,6 +1,6 @@
 """After Redis restarts, the store's first writes go through on every pooled connection.
 
-``make chaos`` "/readyz after Redis is back" (issue 24 chaos table): redis-py 8.1's asyncio pool
+``make chaos`` row "/readyz after Redis is back": redis-py 8.1's asyncio pool
 handed out, unchecked, the connections that sat idle in it while Redis restarted (its check is
 skipped when maintenance notifications are on, and they are by default on RESP3). redis-py's
 own commands retry such a connection unseen; the store's scripts do not (by design), so the
@@ -28,7 +28,7 @@ each take a connection of the pool."""
 
 
 async def test_store_writes_on_every_pooled_connection_after_a_redis_restart(tmp_path: Path) -> None:
-    """Issue 24 chaos row "/readyz after Redis is back": no write fails on a connection the
+    """``make chaos`` row "/readyz after Redis is back": no write fails on a connection the
     restarted server had closed (each such failure cost the worker one more backoff step)."""
     if shutil.which("redis-server") is None:
         pytest.skip("needs redis-server on PATH (deploy/services.sh installs it)")

@@ -1,4 +1,4 @@
-"""The replay worker while Redis is away with requests pending (issue 24 item 6).
+"""The replay worker while Redis is away with requests pending.
 
 Real Kafka; a private real Redis (its own port and dir) so the test can stop it without
 touching the session's. The replay worker is a real process (``reasonwire worker replay``).
@@ -69,7 +69,7 @@ async def _answered(replies: AIOKafkaConsumer, wanted: set[str], timeout: float)
     return seen & wanted
 
 
-async def test_replay_worker_backs_off_and_logs_state_changes_during_a_redis_outage_issue24_item6(
+async def test_replay_worker_backs_off_and_logs_state_changes_during_a_redis_outage(
     primed_group: WorkerSettings, producer: Any, replies: AIOKafkaConsumer, tmp_path: Path
 ) -> None:
     if shutil.which("redis-server") is None:

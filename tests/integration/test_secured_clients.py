@@ -1,4 +1,4 @@
-"""Secured clients (issue 16): SASL_SSL with SCRAM/PLAIN and client certificates on a real broker,
+"""Secured clients: SASL_SSL with SCRAM/PLAIN and client certificates on a real broker,
 Redis over TLS with an ACL user; wrong credentials are one clear line.
 
 The broker and Redis are started by the test (tests/integration/secure_services.py) with
@@ -189,7 +189,7 @@ def test_replay_worker_without_its_topics_names_them_in_one_line(secure: SecureS
 
     asyncio.run(delete())
     time.sleep(2)
-    # issue 23 item 2: it no longer exits 2 (a crash loop under a Deployment) but logs the line
+    # it does not exit 2 (a crash loop under a Deployment) but logs the line
     # once, reports not ready and waits for the topics; SIGTERM ends the wait
     proc = subprocess.Popen(
         [sys.executable, "-m", "reasonwire.workers.cli", "worker", "replay"], env={**os.environ, **_worker_env(secure, RW_CREATE_TOPICS="")},

@@ -54,7 +54,7 @@ async def test_erasing_a_thread_removes_the_raw_journal_of_its_open_runs_P7(redi
 
 
 async def test_closing_a_run_drops_its_journal_and_marks_where_it_ended(redis: Any) -> None:
-    """The ended marker (partition:offset) is what tells a redelivered record from a late one (issue 13)."""
+    """The ended marker (partition:offset) is what tells a redelivered record from a late one."""
     thread, run = f"thread-{uuid.uuid4().hex[:8]}", f"run-{uuid.uuid4().hex[:8]}"
     store = ArtefactStore(redis, artefact_ttl_s=60, journal_ttl_s=60)
     key = RunKey("acme", run)

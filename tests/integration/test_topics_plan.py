@@ -1,4 +1,4 @@
-"""Topics as a plan against the real broker (issue 16): create, describe, diff, check-only."""
+"""Topics as a plan against the real broker: create, describe, diff, check-only."""
 
 from __future__ import annotations
 

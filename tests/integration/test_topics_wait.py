@@ -1,5 +1,5 @@
 """A worker whose topics are missing reports not ready and waits, with one log line, instead of
-exiting 2 — a crash loop under a Deployment or ``restart: unless-stopped`` (issue 23 item 2).
+exiting 2 — a crash loop under a Deployment or ``restart: unless-stopped``.
 
 The replay worker's topics (``reasoning.replay.*``, which no other test of a session needs
 absent or present at a given moment: the workers that use them create them) are deleted from
@@ -68,7 +68,7 @@ def _waiting_worker(settings: WorkerSettings, log: Path) -> tuple[WorkerProcess,
     return worker, port
 
 
-def test_item2_replay_worker_without_its_topics_is_not_ready_waits_and_starts_once_they_exist(primed_group: WorkerSettings, tmp_path: Path) -> None:
+def test_replay_worker_without_its_topics_is_not_ready_waits_and_starts_once_they_exist(primed_group: WorkerSettings, tmp_path: Path) -> None:
     asyncio.run(_delete_replay_topics(primed_group.kafka_bootstrap_servers))
     worker, port = _waiting_worker(primed_group, tmp_path / "replay.log")
     try:
@@ -94,7 +94,7 @@ def test_item2_replay_worker_without_its_topics_is_not_ready_waits_and_starts_on
     assert "Traceback" not in text
 
 
-def test_item2_a_worker_stopped_while_it_waits_for_topics_ends_without_a_traceback(primed_group: WorkerSettings, tmp_path: Path) -> None:
+def test_a_worker_stopped_while_it_waits_for_topics_ends_without_a_traceback(primed_group: WorkerSettings, tmp_path: Path) -> None:
     asyncio.run(_delete_replay_topics(primed_group.kafka_bootstrap_servers))
     try:
         worker, _ = _waiting_worker(primed_group, tmp_path / "replay.log")

@@ -2,7 +2,7 @@
 licence, the typing markers and the viewer page under one import package, ``reasonwire``; installed
 into a clean venv, `reasonwire translate` runs, the public API imports as ``from reasonwire import …``,
 site-packages gains no generic top-level ``workers`` or ``contracts``, and a gateway started from
-the venv serves its viewer page (issue 23 items 1 and 13).
+the venv serves its viewer page.
 
 Both the isolated build env and the clean venv install from a wheelhouse kept in
 ``~/.cache/reasonwire/wheelhouse`` (``RW_CACHE``) with ``--no-index``; only when it lacks
@@ -105,7 +105,7 @@ def test_installed_wheel_translates_a_sample_in_a_clean_venv(wheel: Path, tmp_pa
 
 
 def test_gateway_from_the_installed_wheel_serves_the_viewer(wheel: Path, tmp_path: Path, primed_group: WorkerSettings) -> None:
-    """Issue 23 item 1: the page ships in the wheel; `/v1/viewer` answered 500 FileNotFoundError before."""
+    """The page ships in the wheel: without it `/v1/viewer` answers 500 FileNotFoundError."""
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
     offline_first([venv / "bin" / "python", "-m", "pip", "install", "--quiet", wheel], [wheel], cwd=tmp_path)

@@ -199,7 +199,7 @@ def test_reasoning_provenance_is_visible_downstream_P1() -> None:
     assert all(e["type"] != "TEXT_MESSAGE_CONTENT" or e["delta"] != "a" for e in summary.events)
 
 
-# -- issue 14 ---------------------------------------------------------------------------------
+# -- edge cases: usage, duplicates, truncation, split surrogates, empty signatures -----------
 
 
 def _thinking_turn(*, delta_usage: dict[str, Any], stop_reason: str = "end_turn") -> list[bytes]:
@@ -219,7 +219,7 @@ def _thinking_turn(*, delta_usage: dict[str, Any], stop_reason: str = "end_turn"
     ]
 
 
-def test_null_delta_usage_keeps_message_start_counts_P6_issue14_item1() -> None:
+def test_null_delta_usage_keeps_message_start_counts_P6() -> None:
     """MessageDeltaUsage types input_tokens and the cache counts as optional: null = not restated."""
     nulls = {"input_tokens": None, "cache_creation_input_tokens": None, "cache_read_input_tokens": None, "output_tokens": 50}
     out = translate_lines(GRAMMAR, _thinking_turn(delta_usage=nulls))
@@ -232,7 +232,7 @@ def test_null_delta_usage_keeps_message_start_counts_P6_issue14_item1() -> None:
     assert_valid_stream(out.events)
 
 
-def test_a_duplicated_content_block_stop_is_dropped_with_a_warning_issue14_item9() -> None:
+def test_a_duplicated_content_block_stop_is_dropped_with_a_warning() -> None:
     lines = _thinking_turn(delta_usage={"output_tokens": 9})
     lines.insert(5, lines[4])  # the thinking block's stop delivered twice
     out = translate_lines(GRAMMAR, lines)
@@ -243,7 +243,7 @@ def test_a_duplicated_content_block_stop_is_dropped_with_a_warning_issue14_item9
     assert_valid_stream(out.events)
 
 
-def test_max_tokens_marks_the_units_it_truncated_incomplete_R1_issue14_item9() -> None:
+def test_max_tokens_marks_the_units_it_truncated_incomplete_R1() -> None:
     lines = [
         _start(),
         _line({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
@@ -259,7 +259,7 @@ def test_max_tokens_marks_the_units_it_truncated_incomplete_R1_issue14_item9() -
     assert_valid_stream(out.events)
 
 
-def test_surrogate_halves_split_across_thinking_deltas_join_in_events_and_record_R3_issue14_item6() -> None:
+def test_surrogate_halves_split_across_thinking_deltas_join_in_events_and_record_R3() -> None:
     lines = _thinking_turn(delta_usage={"output_tokens": 9})
     lines[2:3] = [
         _line({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "so \ud83d"}}),
@@ -273,7 +273,7 @@ def test_surrogate_halves_split_across_thinking_deltas_join_in_events_and_record
     assert_valid_stream(out.events)
 
 
-def test_empty_signature_delta_is_unsigned_thinking_never_an_encrypted_value_R3_P5_issue14_item2() -> None:
+def test_empty_signature_delta_is_unsigned_thinking_never_an_encrypted_value_R3_P5() -> None:
     lines = _thinking_turn(delta_usage={"output_tokens": 9})
     lines[3] = _line({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": ""}})
     out = translate_lines(GRAMMAR, lines)

@@ -1,4 +1,4 @@
-"""``reasonwire asyncapi`` (issue 16, "AsyncAPI"): the document validates against the official
+"""``reasonwire asyncapi``: the document validates against the official
 AsyncAPI 3.0.0 JSON schema (vendored from @asyncapi/specs, tests/schemas/) and its channels
 are exactly the topics of contracts/topics.py, each with key, headers and payload from contracts/."""
 

@@ -502,10 +502,10 @@ def test_events_after_the_end_are_warned_and_ignored() -> None:
     assert _terminal(out)["type"] == "RUN_FINISHED"
 
 
-# -- issue 14 ---------------------------------------------------------------------------------
+# -- empty signatures ------------------------------------------------------------------------
 
 
-def test_empty_reasoning_signature_is_unsigned_never_an_encrypted_value_R3_P5_issue14_item2() -> None:
+def test_empty_reasoning_signature_is_unsigned_never_an_encrypted_value_R3_P5() -> None:
     out = _run([START, *_reasoning(0, ["think"], ""), *_text(1, ["ok"]), _message_stop(), _metadata()])
     assert not [e for e in out.events if e["type"] == "REASONING_ENCRYPTED_VALUE"]
     assert [r.complete for r in out.artefacts] == [False]

@@ -1,6 +1,6 @@
 """bench.e2e.frozen: a drain round's consumers are stopped while the backlog is produced and
-thawed after, even when producing fails (issue 27: on an idle host the consumer outran the
-producer and the round had no slope to measure)."""
+thawed after, even when producing fails (on an idle host the consumer would outrun the
+producer and the round would have no slope to measure)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Issue 27's verdicts in ``make bench`` (bench/targets.py): a verdict computed wrongly fails here.
+"""The verdicts in ``make bench`` (bench/targets.py): a verdict computed wrongly fails here.
 
-The rules under test, from issue 27's "Targets": medians of alternating rounds; latency judged
+The rules under test, from the benchmark's targets: medians of alternating rounds; latency judged
 only on quiet rounds — the host's other processes kept fewer than 0.5 cores busy
-(bench/hostload.py, where the issue said "load average below 1", which the benchmark's own
+(bench/hostload.py, rather than "load average below 1", which the benchmark's own
 processes exceed on 2 cores) — the loaded ones reported beside them, "not
 judged" with no quiet round; CPU per record and throughput judged on every round; the backlog
 sized from the measured rates.
@@ -32,18 +32,18 @@ def loaded(*values: float) -> list[Round]:
 # -- judged on every round --------------------------------------------------------------------
 
 
-def test_at_most_is_judged_on_the_median_of_every_round_issue27() -> None:
+def test_at_most_is_judged_on_the_median_of_every_round() -> None:
     assert targets.at_most("cpu", [Round(1.0, 3.0), Round(1.7, 3.0), Round(9.0, 3.0)], 1.8).status == "PASS"  # median 1.7, loaded or not
     assert targets.at_most("cpu", [Round(1.0, 0.1), Round(1.9, 0.1), Round(1.9, 0.1)], 1.8).status == "FAIL"  # median 1.9
     assert targets.at_most("cpu", quiet(1.8), 1.8).status == "PASS"  # the limit itself is met
 
 
-def test_at_least_is_judged_on_the_median_issue27() -> None:
+def test_at_least_is_judged_on_the_median() -> None:
     assert targets.at_least("tp", quiet(50.0, 70.0, 61.0), 60.0).status == "PASS"
     assert targets.at_least("tp", quiet(50.0, 70.0, 59.0), 60.0).status == "FAIL"
 
 
-def test_nothing_measured_is_not_judged_never_passed_issue27() -> None:
+def test_nothing_measured_is_not_judged_never_passed() -> None:
     assert targets.at_most("cpu", [], 1.8).status == "NOT JUDGED"
     assert targets.latency_at_most("lat", [], 3.0).status == "NOT JUDGED"
 
@@ -51,7 +51,7 @@ def test_nothing_measured_is_not_judged_never_passed_issue27() -> None:
 # -- latency: quiet rounds only ---------------------------------------------------------------
 
 
-def test_latency_is_judged_on_quiet_rounds_only_issue27() -> None:
+def test_latency_is_judged_on_quiet_rounds_only() -> None:
     """Loaded rounds that would fail do not fail a quiet pass, and vice versa."""
     v = targets.latency_at_most("p99", [*quiet(1.0, 2.0, 2.5), *loaded(40.0, 50.0, 60.0, 70.0)], 3.0)
     assert v.status == "PASS"  # the median of all seven rounds (40) would fail
@@ -60,19 +60,19 @@ def test_latency_is_judged_on_quiet_rounds_only_issue27() -> None:
     assert v.status == "FAIL"  # the median of all five (0) would pass
 
 
-def test_no_quiet_round_is_not_judged_with_the_loaded_figures_beside_issue27() -> None:
+def test_no_quiet_round_is_not_judged_with_the_loaded_figures_beside() -> None:
     v = targets.latency_at_most("p99", loaded(1.0, 2.0), 3.0)
     assert v.status == "NOT JUDGED"
     assert "no quiet round" in v.figures and "median +1.5 ms" in v.figures
 
 
-def test_neighbours_at_the_threshold_are_loaded_issue27() -> None:
+def test_neighbours_at_the_threshold_are_loaded() -> None:
     """"Fewer than 0.5 cores": 0.50 is not quiet."""
     assert targets.latency_at_most("p99", [Round(0.0, targets.QUIET_LOAD)], 3.0).status == "NOT JUDGED"
     assert targets.latency_at_most("p99", [Round(0.0, targets.QUIET_LOAD - 0.01)], 3.0).status == "PASS"
 
 
-def test_fewer_than_five_quiet_rounds_are_judged_and_say_so_issue27() -> None:
+def test_fewer_than_five_quiet_rounds_are_judged_and_say_so() -> None:
     v = targets.latency_at_most("p99", [*quiet(1.0, 2.0), *loaded(9.0)], 3.0)
     assert v.status == "PASS" and "only 2 quiet rounds" in v.figures
 
@@ -83,7 +83,7 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def test_the_meter_tells_a_neighbour_from_the_bench_itself_issue27() -> None:
+def test_the_meter_tells_a_neighbour_from_the_bench_itself() -> None:
     """A busy process outside the benchmark's tree (detached: its parent shell has exited) is a
     neighbour; this process's own busy loop is the bench's, not a neighbour's. Lower bounds only:
     whatever else runs on the host adds to the neighbours, never takes from these."""
@@ -116,15 +116,15 @@ def by_target(verdicts: list[targets.Verdict]) -> dict[str, str]:
     return {v.target: v.status for v in verdicts}
 
 
-def test_every_target_is_listed_even_unmeasured_issue27() -> None:
-    """``make bench`` prints each of issue 27's targets with a verdict, whatever was skipped."""
+def test_every_target_is_listed_even_unmeasured() -> None:
+    """``make bench`` prints each target with a verdict, whatever was skipped."""
     verdicts = targets.verdicts([], {})
     assert len(verdicts) == 1 + 1 + 2 + 2 + 3  # CPU, throughput, 25 %: p99 + p50, 50 %: p99 + p50, hand-off ×3
     assert {v.status for v in verdicts} == {"NOT JUDGED"}
     assert targets.verdicts([], {}, every=False) == []
 
 
-def test_cpu_is_judged_on_every_round_and_throughput_on_quiet_rounds_within_a_round_issue27() -> None:
+def test_cpu_is_judged_on_every_round_and_throughput_on_quiet_rounds_within_a_round() -> None:
     """CPU: worker ÷ floor per round, all rounds. Throughput: the worker against today's worker
     (main 1af85a6) drained in the same round, on the quiet rounds (the same code against itself
     read 0.57–1.44× per round at load 10)."""
@@ -150,7 +150,7 @@ def test_cpu_is_judged_on_every_round_and_throughput_on_quiet_rounds_within_a_ro
     assert by_target(targets.verdicts(drain, {}, every=False))[tp] == "NOT JUDGED"
 
 
-def test_throughput_without_todays_worker_in_the_rounds_is_not_judged_issue27() -> None:
+def test_throughput_without_todays_worker_in_the_rounds_is_not_judged() -> None:
     drain = [drain_round(0.2, worker=9000, today=1, cpu_worker=1, cpu_floor=1)]
     del drain[0]["rate"][targets.BASELINE_KIND]
     [tp] = [v for v in targets.verdicts(drain, {}) if v.target.startswith("throughput")]
@@ -158,7 +158,7 @@ def test_throughput_without_todays_worker_in_the_rounds_is_not_judged_issue27() 
     assert not [v for v in targets.verdicts(drain, {}, worker=targets.BASELINE_KIND, every=False) if v.target.startswith("throughput")]
 
 
-def test_end_to_end_latency_is_the_difference_within_a_round_at_each_share_issue27() -> None:
+def test_end_to_end_latency_is_the_difference_within_a_round_at_each_share() -> None:
     # 25 %: added p99 1, 2, 8 on quiet rounds → median 2 ≤ 3; added p50 −1, 0, +5 → 0 ≤ 0
     # 50 %: added p99 12 on the quiet round → FAIL (> 10); the loaded rounds say 0
     lat = {
@@ -183,7 +183,7 @@ def hand(cont50: float, cont99: float, term99: float | None) -> dict:
     return {"continuing_n": 10, "continuing_p50": cont50, "continuing_p99": cont99, "terminal_n": 0 if term99 is None else 3, "terminal_p50": term99, "terminal_p99": term99}
 
 
-def test_handoff_targets_at_25_percent_on_quiet_rounds_issue27() -> None:
+def test_handoff_targets_at_25_percent_on_quiet_rounds() -> None:
     lat = {
         0.25: [
             latency_round(0.1, w=(1, 1), p=(1, 1), handoff=hand(1.5, 9.0, 19.0)),
@@ -200,7 +200,7 @@ def test_handoff_targets_at_25_percent_on_quiet_rounds_issue27() -> None:
     assert "2 rounds" in got[2].figures and "loaded rounds (not judged): median 99.0 ms" in got[2].figures
 
 
-def test_handoff_terminal_at_the_limit_passes_and_above_fails_issue27() -> None:
+def test_handoff_terminal_at_the_limit_passes_and_above_fails() -> None:
     rounds = [latency_round(0.1, w=(1, 1), p=(1, 1), handoff=hand(1, 1, t)) for t in (19.0, 21.0)]
     term = [v for v in targets.verdicts([], {0.25: rounds}, every=False) if "terminal" in v.target][0]
     assert term.status == "PASS"  # median 20.0 ≤ 20
@@ -209,7 +209,7 @@ def test_handoff_terminal_at_the_limit_passes_and_above_fails_issue27() -> None:
     assert term.status == "FAIL"  # median 20.25
 
 
-def test_handoff_is_only_judged_at_25_percent_issue27() -> None:
+def test_handoff_is_only_judged_at_25_percent() -> None:
     rounds = [latency_round(0.1, w=(1, 1), p=(1, 1), handoff=hand(99, 99, 99))]
     assert not [v for v in targets.verdicts([], {0.5: rounds}, every=False) if "inside the worker" in v.target]
 
@@ -242,7 +242,7 @@ def test_percentile_is_nearest_rank() -> None:
         (90000, 90000, 60000),  # never above the ceiling
     ],
 )
-def test_backlog_is_sized_from_the_measured_rates_issue27(drain: float, produce: float, expected: int) -> None:
+def test_backlog_is_sized_from_the_measured_rates(drain: float, produce: float, expected: int) -> None:
     assert targets.backlog_size(drain, produce) == expected
 
 
@@ -279,8 +279,8 @@ def _results(load: float) -> dict:
 
 
 @pytest.mark.parametrize("load", [0.4, 1.6])
-def test_make_bench_prints_every_issue27_target_with_its_verdict_issue27(load: float) -> None:
-    """``make bench``'s table ends with each of issue 27's targets and its verdict (PASS/FAIL with
+def test_make_bench_prints_every_target_with_its_verdict(load: float) -> None:
+    """``make bench``'s table ends with each target and its verdict (PASS/FAIL with
     the figures, or NOT JUDGED for latency when no round was quiet)."""
     from bench.__main__ import render_table, summarize
 

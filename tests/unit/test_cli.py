@@ -76,10 +76,10 @@ def test_warnings_carry_no_content_P8() -> None:
     assert b"EpQDCkgIBhAB" not in done.stderr
 
 
-# -- issue 14, CLI items 15–16 ------------------------------------------------------------
+# -- reading captures: a BOM, events as their lines arrive ---------------------------------
 
 
-def test_translate_reads_a_capture_with_a_utf8_bom_issue14_item15(tmp_path: Path) -> None:
+def test_translate_reads_a_capture_with_a_utf8_bom(tmp_path: Path) -> None:
     """Editors on Windows save UTF-8 with a byte-order mark; it is not part of the first event."""
     from tests.unit.test_cli_errors import STREAM
 
@@ -92,7 +92,7 @@ def test_translate_reads_a_capture_with_a_utf8_bom_issue14_item15(tmp_path: Path
         assert json.loads(done.stdout.splitlines()[-1])["type"] == "RUN_FINISHED"
 
 
-def test_translate_emits_each_event_as_its_line_arrives_issue14_item16() -> None:
+def test_translate_emits_each_event_as_its_line_arrives() -> None:
     """`… | reasonwire translate` follows a live stream: the output of a line is readable before
     the next line is written (stdin still open), within a timeout."""
     import select
@@ -119,7 +119,7 @@ def test_translate_emits_each_event_as_its_line_arrives_issue14_item16() -> None
     assert json.loads(rest.splitlines()[-1])["type"] == "RUN_FINISHED"
 
 
-def test_translate_follows_a_live_sse_capture_too_issue14_item16() -> None:
+def test_translate_follows_a_live_sse_capture_too() -> None:
     """Raw SSE (`event:` / `data:` / blank line): an event is emitted once its blank line arrives."""
     import select
 

@@ -1,4 +1,4 @@
-"""One configuration model (issue 23 item 8): each command's ``--help`` lists exactly the variables
+"""One configuration model: each command's ``--help`` lists exactly the variables
 it reads, it refuses a bad value of each of them, it ignores every other one, and
 docs/operations.md documents each variable once with the commands that read it.
 
@@ -131,7 +131,7 @@ def help_variables(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_help_lists_exactly_the_variables_of_the_commands_settings_issue23_item8(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_help_lists_exactly_the_variables_of_the_commands_settings(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     argv, kind, _ = COMMANDS[command]
     listed = help_variables(command.split(), capsys)
     assert len(listed) == len(set(listed))
@@ -139,7 +139,7 @@ def test_help_lists_exactly_the_variables_of_the_commands_settings_issue23_item8
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_a_command_ignores_every_variable_it_does_not_list_issue23_item8(
+def test_a_command_ignores_every_variable_it_does_not_list(
     command: str, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Bad values of every variable the command's --help does not list: no effect on it."""
@@ -163,7 +163,7 @@ def _read_cases() -> list[tuple[str, str, str]]:
 
 
 @pytest.mark.parametrize(("command", "variable", "value"), _read_cases(), ids=[f"{c}-{v}" for c, v, _ in _read_cases()])
-def test_a_command_refuses_a_bad_value_of_each_variable_it_lists_issue23_item8(
+def test_a_command_refuses_a_bad_value_of_each_variable_it_lists(
     command: str, variable: str, value: str, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv, _, _ = COMMANDS[command]
@@ -185,7 +185,7 @@ READ_BY = {
 }
 
 
-def test_operations_md_names_the_commands_that_read_each_variable_issue23_item8() -> None:
+def test_operations_md_names_the_commands_that_read_each_variable() -> None:
     """The "read by" column of docs/operations.md is the models' truth, so an operator can trust it."""
     table = (ROOT / "docs" / "operations.md").read_text().split("## Configuration (environment)")[1].split("\n## ")[0]
     rows = re.findall(r"^\| `([A-Z_]+)` \| [^|]* \| [^|]* \| ([^|]*) \|", table, flags=re.M)

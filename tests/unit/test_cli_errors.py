@@ -1,4 +1,4 @@
-"""No traceback for anything a user can get wrong (issue 12; issue 14 CLI items 12–14).
+"""No traceback for anything a user can get wrong.
 
 Every case runs the real ``reasonwire`` entry point as a subprocess and checks
 the contract of ``reasonwire.workers.ops.errors``: exactly one line on stderr that names the
@@ -186,11 +186,11 @@ def test_version_is_the_installed_package_version() -> None:
     assert done.stdout.decode().strip() == f"reasonwire {version('reasonwire')}"
 
 
-# -- issue 14, CLI items 12–14 ------------------------------------------------------------
+# -- unwritable paths, empty input, another grammar's stream, unknown events ----------------
 
 
 @pytest.mark.parametrize("where", ["missing folder", "a directory"])
-def test_translate_unwritable_artefacts_path_is_one_line_exit_2_issue14_item12(where: str, tmp_path: Path) -> None:
+def test_translate_unwritable_artefacts_path_is_one_line_exit_2(where: str, tmp_path: Path) -> None:
     path = tmp_path / "no" / "such" / "folder" / "a.jsonl" if where == "missing folder" else tmp_path
     done = run("translate", "--provider", "anthropic-messages", "--artefacts", str(path), "-", stdin=STREAM)
     line = one_line(done)
@@ -199,7 +199,7 @@ def test_translate_unwritable_artefacts_path_is_one_line_exit_2_issue14_item12(w
     assert done.stdout == b""  # refused before translating anything
 
 
-def test_replay_binary_artefacts_file_is_one_line_exit_2_issue14_item12(tmp_path: Path) -> None:
+def test_replay_binary_artefacts_file_is_one_line_exit_2(tmp_path: Path) -> None:
     artefacts = tmp_path / "artefacts.jsonl"
     artefacts.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xd8")
     done = run("replay", "--provider", "anthropic-messages", "--artefacts", str(artefacts), "-", stdin=b"[]")
@@ -209,7 +209,7 @@ def test_replay_binary_artefacts_file_is_one_line_exit_2_issue14_item12(tmp_path
 
 
 @pytest.mark.parametrize("text", [b"", b"\n", b"  \n\t\n\r\n"], ids=["empty", "newline", "blank lines"])
-def test_translate_empty_input_exits_2_issue14_item13(text: bytes) -> None:
+def test_translate_empty_input_exits_2(text: bytes) -> None:
     done = run("translate", "--provider", "anthropic-messages", "-", stdin=text)
     assert one_line(done) == "reasonwire: error: input held no events"
     assert done.returncode == 2
@@ -224,7 +224,7 @@ OTHER_GRAMMARS = {
 
 
 @pytest.mark.parametrize("grammar", OTHER_GRAMMARS)
-def test_translate_stream_of_another_grammar_says_so_once_exit_2_issue14_item14(grammar: str) -> None:
+def test_translate_stream_of_another_grammar_says_so_once_exit_2(grammar: str) -> None:
     line, first_type = OTHER_GRAMMARS[grammar]
     done = run("translate", "--provider", "anthropic-messages", "-", stdin=b"\n".join([line] * 30))
     message = one_line(done)
@@ -233,7 +233,7 @@ def test_translate_stream_of_another_grammar_says_so_once_exit_2_issue14_item14(
     assert done.stdout == b""
 
 
-def test_translate_anthropic_stream_given_as_openai_is_refused_issue14_item14() -> None:
+def test_translate_anthropic_stream_given_as_openai_is_refused() -> None:
     done = run("translate", "--provider", "openai-responses", "-", stdin=STREAM)
     message = one_line(done)
     assert done.returncode == 2
@@ -243,7 +243,7 @@ def test_translate_anthropic_stream_given_as_openai_is_refused_issue14_item14() 
     )
 
 
-def test_translate_anthropic_stream_given_as_bedrock_is_refused_not_malformed_issue14_item14() -> None:
+def test_translate_anthropic_stream_given_as_bedrock_is_refused_not_malformed() -> None:
     """Bedrock reads a two-key object as a malformed event; when another grammar reads that first
     event, the stream is another grammar's: one line, exit 2, nothing on stdout."""
     done = run("translate", "--provider", "bedrock-converse", "-", stdin=STREAM)
@@ -258,7 +258,7 @@ def test_a_malformed_first_event_of_the_right_grammar_is_still_malformed_R7() ->
     assert "malformed bedrock-converse event at line 1" in done.stderr.decode()
 
 
-def test_translate_a_real_stream_with_many_unknown_events_still_translates_and_counts_the_rest_issue14_item14() -> None:
+def test_translate_a_real_stream_with_many_unknown_events_still_translates_and_counts_the_rest() -> None:
     lines = STREAM.split(b"\n")
     noisy = [lines[0], *[b'{"type":"mystery_%d"}' % i for i in range(25)], *lines[1:]]
     done = run("translate", "--provider", "anthropic-messages", "-", stdin=b"\n".join(noisy))
@@ -269,7 +269,7 @@ def test_translate_a_real_stream_with_many_unknown_events_still_translates_and_c
     assert json.loads(done.stdout.splitlines()[-1])["type"] == "RUN_FINISHED"
 
 
-def test_translate_unknown_events_before_the_first_known_one_are_kept_issue14_item14() -> None:
+def test_translate_unknown_events_before_the_first_known_one_are_kept() -> None:
     """Held while undecided, not dropped: a stream that opens with unknown events still translates."""
     done = run("translate", "--provider", "anthropic-messages", "-", stdin=b'{"type":"preamble"}\n' + STREAM)
     assert done.returncode == 0, done.stderr
@@ -296,17 +296,17 @@ def test_interrupt_is_quiet_exit_130() -> None:
     assert proc.returncode == 130 and b"Traceback" not in err
 
 
-def test_gateway_bad_setting_is_one_line_naming_the_variable_exit_2_issue12() -> None:
+def test_gateway_bad_setting_is_one_line_naming_the_variable_exit_2() -> None:
     done = run("gateway", env={"RW_GATEWAY_MAX_RUNS": "lots"})
     line = one_line(done)
     assert done.returncode == 2
     assert "RW_GATEWAY_MAX_RUNS" in line and "'lots'" in line
 
 
-def test_a_bad_gateway_port_only_concerns_the_gateway_issue12() -> None:
+def test_a_bad_gateway_port_only_concerns_the_gateway() -> None:
     """A bad RW_GATEWAY_PORT is the gateway's one line naming that variable (exit 2) — not an
-    argparse error about a ``--port`` flag nobody passed (issue 23 item 9) — and every other
-    command still runs (it used to crash building the parser)."""
+    argparse error about a ``--port`` flag nobody passed — and every other
+    command still runs."""
     done = run("gateway", env={"RW_GATEWAY_PORT": "http"})
     line = one_line(done)
     assert done.returncode == 2 and "RW_GATEWAY_PORT" in line and "'http'" in line and "--port" not in line

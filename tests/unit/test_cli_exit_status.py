@@ -1,5 +1,5 @@
 """The README's exit-status table, row by row, for every command that can hit the row without a
-running service (issue 23 item 9). Rows that need a live broker or Redis on one side are in
+running service. Rows that need a live broker or Redis on one side are in
 tests/integration/test_cli_exit_status.py.
 
 Every case runs the installed ``reasonwire`` script as a user would and checks stderr: one line
@@ -93,7 +93,7 @@ def test_status_2_unusable_arguments(command: str) -> None:
     + [(c, "RW_LOG_LEVEL") for c in ("erase", "ingest")]
     + [("replay", "RW_ARTEFACT_TTL_S")],
 )
-def test_status_2_a_bad_setting_is_error_colon_one_line_issue23_item9(command: str, variable: str) -> None:
+def test_status_2_a_bad_setting_is_error_colon_one_line(command: str, variable: str) -> None:
     """``RW_REPLICATION_FACTOR=x`` used to end with exit 1 and no ``error:`` (``topics plan``)."""
     argv = NEEDS_SERVICES.get(command, command.split())
     done = run(*argv, env={variable: "x"}, stdin=b"[]")
@@ -101,7 +101,7 @@ def test_status_2_a_bad_setting_is_error_colon_one_line_issue23_item9(command: s
     assert done.returncode == 2 and variable in line and "'x'" in line
 
 
-def test_status_2_gateway_port_setting_names_the_variable_not_a_flag_issue23_item9() -> None:
+def test_status_2_gateway_port_setting_names_the_variable_not_a_flag() -> None:
     done = run("gateway", env={"RW_GATEWAY_PORT": "abc"})
     line = one_error_line(done)
     assert done.returncode == 2 and "RW_GATEWAY_PORT" in line and "--port" not in line
@@ -122,7 +122,7 @@ def test_status_2_unreadable_input(command: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", NEEDS_SERVICES)
-def test_status_3_service_down_is_one_line_naming_it_issue23_item9(command: str) -> None:
+def test_status_3_service_down_is_one_line_naming_it(command: str) -> None:
     """``gateway`` and ``ingest`` used to exit 1, ``ingest`` with four lines ending "Unclosed AIOKafkaProducer"."""
     done = run(*NEEDS_SERVICES[command], stdin=b"[]", timeout=45)
     line = one_error_line(done)
@@ -178,7 +178,7 @@ def _importing_ours(pid: int, timeout: float = 60) -> None:
 
 @pytest.mark.parametrize("after_s", [0.0, 2.5], ids=["while-importing", "while-checking-services"])
 @pytest.mark.parametrize("command", NEEDS_SERVICES)
-def test_status_130_ctrl_c_during_start_up_is_quiet_issue23_item9(command: str, after_s: float, hanging_port: int) -> None:
+def test_status_130_ctrl_c_during_start_up_is_quiet(command: str, after_s: float, hanging_port: int) -> None:
     """Ctrl-C while the command loads or waits for a service: exit 130, nothing on stderr (it used
     to be a KeyboardInterrupt traceback from inside an import, or pydantic's SchemaError, exit 1)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RW_")}

@@ -1,4 +1,4 @@
-"""Start-up noise (issue 12): aiokafka's GroupCoordinatorNotAvailableError during a group join is
+"""Start-up noise: aiokafka's GroupCoordinatorNotAvailableError during a group join is
 a retried transient, logged at INFO while young; every other error keeps its level."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_a_later_episode_gets_its_grace_again(coordinator_log: tuple[logging.Log
 
 def test_every_worker_command_installs_the_filter_before_anything_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Installed by the CLI once the settings are read, before any service is contacted: any worker
-    process started from it has it (the log settings are settings too, issue 23 item 7)."""
+    process started from it has it (the log settings are settings too)."""
     import socket
 
     from reasonwire.workers import cli

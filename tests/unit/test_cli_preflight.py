@@ -1,4 +1,4 @@
-"""Start-up checks are bounded (issue 12): a service address that accepts connections but never
+"""Start-up checks are bounded: a service address that accepts connections but never
 answers fails within the check's timeout, as a closed port fails at once — never a hang."""
 
 from __future__ import annotations

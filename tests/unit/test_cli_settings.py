@@ -1,4 +1,4 @@
-"""Worker settings (issue 12): one typed, validated object whose fields are the documented variables."""
+"""Worker settings: one typed, validated object whose fields are the documented variables."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_fields_are_exactly_the_documented_variables() -> None:
-    """Every variable of every command's settings, and only those, documented once (issue 23 item 8)."""
+    """Every variable of every command's settings, and only those, documented once."""
     table = (ROOT / "docs" / "operations.md").read_text().split("## Configuration (environment)")[1].split("\n## ")[0]
     documented = re.findall(r"^\| `([A-Z_]+)` \|", table, flags=re.M)
     assert len(documented) == len(set(documented))

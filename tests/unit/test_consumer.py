@@ -279,10 +279,10 @@ def test_an_unknown_event_type_is_skipped_with_a_warning() -> None:
     assert out.fatal is None and [w.code for w in out.warnings] == ["unknown_event"]
 
 
-# -- issue 25: what the reference @ag-ui/client does ---------------------------------------------------------
+# -- what the reference @ag-ui/client does ----------------------------------------------------------
 
 
-def test_a_tool_call_whose_parent_is_a_reasoning_message_is_filed_under_its_own_id_with_a_warning_issue25_item6() -> None:
+def test_a_tool_call_whose_parent_is_a_reasoning_message_is_filed_under_its_own_id_with_a_warning() -> None:
     """parentMessageId is optional and may name the reasoning message before the call: a valid
     event (R7 is for malformed ones). Like @ag-ui/client: warn, open an assistant message with the
     call's id; the run goes on and the call's encrypted value is kept."""
@@ -299,7 +299,7 @@ def test_a_tool_call_whose_parent_is_a_reasoning_message_is_filed_under_its_own_
     assert consumer.values() == {"r1": VALUE, "call-1": VALUE}
 
 
-def test_a_snapshot_that_restates_no_reasoning_keeps_the_held_reasoning_and_its_value_issue25_decision() -> None:
+def test_a_snapshot_that_restates_no_reasoning_keeps_the_held_reasoning_and_its_value() -> None:
     """The reference client keeps held reasoning messages when a snapshot carries none (docs/replay.md)."""
     consumer = AgUiConsumer()
     consumer.add_message({"id": "u1", "role": "user", "content": "Hi"})

@@ -1,4 +1,4 @@
-"""deploy/grafana/reasonwire.json graphs only metrics the code records (issue 23 item 6).
+"""deploy/grafana/reasonwire.json graphs only metrics the code records.
 
 Every PromQL expression of the dashboard is parsed for its metric names and label names;
 here they are checked against a scrape of the instruments the worker and the gateway create
@@ -141,7 +141,7 @@ def test_the_gateways_red_metrics_follow_the_opentelemetry_http_conventions() ->
         assert name in text, name
 
 
-def test_item6_promql_names_are_parsed_out_of_the_expressions() -> None:
+def test_promql_names_are_parsed_out_of_the_expressions() -> None:
     metrics, labels = names_in(
         'histogram_quantile(0.95, sum by (le, gen_ai_provider_name) (rate(reasonwire_poll_duration_seconds_bucket{a="b", c=~"d|e"}[$__rate_interval]))) / sum(up)'
     )
@@ -149,7 +149,7 @@ def test_item6_promql_names_are_parsed_out_of_the_expressions() -> None:
     assert labels == {"le", "gen_ai_provider_name", "a", "c"}
 
 
-def test_item6_dashboard_shows_what_seed_002_says_operators_need() -> None:
+def test_dashboard_shows_what_operators_need() -> None:
     text = " ".join(expressions())
     for needed in (
         "reasonwire_usage_tokens_total", 'reasonwire_token_type=~"reasoning|answer"', "gen_ai_response_model",
@@ -162,11 +162,11 @@ def test_item6_dashboard_shows_what_seed_002_says_operators_need() -> None:
         assert needed in text, needed
 
 
-def test_item6_every_dashboard_query_names_only_metrics_the_instruments_produce() -> None:
+def test_every_dashboard_query_names_only_metrics_the_instruments_produce() -> None:
     assert unknown_names(_in_process_scrape()) == []
 
 
-def test_item6_a_name_the_code_does_not_record_is_caught() -> None:
+def test_a_name_the_code_does_not_record_is_caught() -> None:
     """The check can fail: a misspelt metric (no ``_total``) is reported."""
     dashboard = json.loads(DASHBOARD.read_text())
     dashboard["panels"][1]["targets"][0]["expr"] = "sum(rate(reasonwire_usage_tokens[5m]))"

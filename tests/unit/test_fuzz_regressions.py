@@ -1,4 +1,4 @@
-"""Hostile input never crashes a translator or breaks AG-UI (issue 18): fuzz findings as regressions.
+"""Hostile input never crashes a translator or breaks AG-UI: fuzz findings as regressions.
 
 Two kinds of tests:
 

@@ -1,4 +1,4 @@
-"""A short fixed-seed fuzz campaign (issue 18): ``make fuzz`` in miniature, part of ``make test``.
+"""A short fixed-seed fuzz campaign: ``make fuzz`` in miniature, part of ``make test``.
 
 Same mutations, same oracle, same seeds as the full campaign, a few thousand
 input events per grammar: no exception escapes a translator or the worker's

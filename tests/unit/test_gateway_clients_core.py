@@ -1,5 +1,5 @@
-"""The pure parts behind issue 26: a follow that waited still delivers the tail, bounded pieces,
-the id grammar, the grammar gate, the framer's size limit, the write budget."""
+"""The pure parts of the gateway's client handling: a follow that waited still delivers the
+tail, bounded pieces, the id grammar, the grammar gate, the framer's size limit, the write budget."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _blob(kind: str, **fields: object) -> bytes:
     return orjson.dumps({"type": kind, **fields})
 
 
-async def test_issue26_item1_a_follow_resumed_after_the_run_ended_still_yields_the_tail() -> None:
+async def test_a_follow_resumed_after_the_run_ended_still_yields_the_tail() -> None:
     """Today's main returned when a resumed write found the run ended, dropping what came meanwhile."""
     log = RunLog("acme", "t1")
     log.add(0, _blob("RUN_STARTED"))
@@ -38,7 +38,7 @@ async def test_issue26_item1_a_follow_resumed_after_the_run_ended_still_yields_t
     assert all(len(piece) <= 4096 for piece in rest)  # bounded pieces, never the run joined
 
 
-async def test_issue26_item2_a_frame_larger_than_a_piece_is_cut_into_pieces() -> None:
+async def test_a_frame_larger_than_a_piece_is_cut_into_pieces() -> None:
     log = RunLog("acme", "t1")
     log.add(0, _blob("RUN_STARTED", pad="y" * 10_000))
     log.add(1, _blob("RUN_FINISHED"))
@@ -46,7 +46,7 @@ async def test_issue26_item2_a_frame_larger_than_a_piece_is_cut_into_pieces() ->
     assert b"".join(pieces) == b"".join(log.frames) and max(map(len, pieces)) <= 4096
 
 
-async def test_issue26_item2_the_write_budget_waits_for_room_and_times_out() -> None:
+async def test_the_write_budget_waits_for_room_and_times_out() -> None:
     budget = ByteBudget(100)
     assert await budget.acquire(80, 1)
     assert not await budget.acquire(40, 0.05)
@@ -55,13 +55,13 @@ async def test_issue26_item2_the_write_budget_waits_for_room_and_times_out() -> 
 
 
 @pytest.mark.parametrize("bad", ["a/b", "..", ".", "../x", "r-ü", "has space", "", "x" * 129, "-lead", "a%2Fb", "a\nb"])
-def test_issue26_item3_ids_outside_the_grammar_are_refused(bad: str) -> None:
+def test_ids_outside_the_grammar_are_refused(bad: str) -> None:
     with pytest.raises(BadId, match="A-Z a-z 0-9"):
         check_id("run id", bad)
 
 
 @pytest.mark.parametrize("good", ["r1", "resp_0a1b", "msg_01XyZ", "0b6a3c1e-8d0f-4c9e-9d7a-2f8e4b1c7a55", "_x", "a:b@c~d.e-f", "x" * 128])
-def test_issue26_item3_ordinary_ids_fit_the_grammar(good: str) -> None:
+def test_ordinary_ids_fit_the_grammar(good: str) -> None:
     assert check_id("run id", good) == good
 
 
@@ -72,7 +72,7 @@ def _events(path: Path) -> list[ProviderEvent]:
         return list(read_events(f))
 
 
-def test_issue23_item10_the_gate_holds_until_recognised_and_refuses_another_grammar() -> None:
+def test_the_gate_holds_until_recognised_and_refuses_another_grammar() -> None:
     anthropic = _events(FIXTURES / "anthropic-messages" / "c_interleaved_thinking_tool_calls.jsonl")
     openai = _events(FIXTURES / "openai-responses" / "c_interleaved_reasoning_tool_calls.jsonl")
     gate: GrammarGate[int] | None = gate_for("anthropic-messages")
@@ -91,7 +91,7 @@ def test_issue23_item10_the_gate_holds_until_recognised_and_refuses_another_gram
         empty.finish()
 
 
-def test_issue26_item5_the_framer_refuses_a_long_line_while_it_is_still_arriving() -> None:
+def test_the_framer_refuses_a_long_line_while_it_is_still_arriving() -> None:
     framer = SSEFramer(max_event_bytes=1000)
     framer.feed(b"data: " + b"x" * 900)
     with pytest.raises(EventTooLarge) as caught:

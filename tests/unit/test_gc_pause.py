@@ -1,4 +1,4 @@
-"""The collector waits while a poll is stepped, and runs what came due right after (issue 27 item 3)."""
+"""The collector waits while a poll is stepped, and runs what came due right after."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _allocate(n: int) -> list[list[int]]:
     return [[i] for i in range(n)]
 
 
-def test_no_collection_starts_while_a_poll_is_stepped_issue27_item3(collections: list[int]) -> None:
+def test_no_collection_starts_while_a_poll_is_stepped(collections: list[int]) -> None:
     with collection_paused():
         poll = _allocate(10_000)  # five times the young threshold
         assert collections == []

@@ -172,7 +172,7 @@ def test_signature_on_a_thought_part_rides_the_reasoning_message_inside_its_span
     assert record.native.block == {"text": "a", "thought": True}
 
 
-def test_text_part_signature_is_a_standalone_value_never_an_empty_span_R1_issue14_item7() -> None:
+def test_text_part_signature_is_a_standalone_value_never_an_empty_span_R1() -> None:
     """The event "opens nothing, closes nothing" (draft chapter); an empty span renders as an
     empty thinking block, so a text part's signature goes out on its own, after its message."""
     out = translate(chunk(text("answer"), text("", SIG_A), finish="STOP"))
@@ -182,7 +182,7 @@ def test_text_part_signature_is_a_standalone_value_never_an_empty_span_R1_issue1
     assert names[at - 1] == "TEXT_MESSAGE_END"
 
 
-def test_call_signature_after_a_thought_is_a_standalone_value_R1_issue14_item7() -> None:
+def test_call_signature_after_a_thought_is_a_standalone_value_R1() -> None:
     out = translate(chunk(thought("plan")), chunk(call("f", {}, SIG_A), finish="STOP"))
     names = types(out)
     assert names.count("REASONING_START") == 1  # the thought's span only
@@ -478,24 +478,24 @@ def _without_position(record: ArtefactRecord) -> dict[str, Any]:
     return dumped
 
 
-# -- issue 14 ---------------------------------------------------------------------------------
+# -- signatures: empty, before the text, on an unknown part; split surrogates ------------------
 
 
-def test_empty_thought_signature_on_a_call_is_unsigned_never_an_encrypted_value_R3_P5_issue14_item2() -> None:
+def test_empty_thought_signature_on_a_call_is_unsigned_never_an_encrypted_value_R3_P5() -> None:
     out = translate(chunk(thought("plan")), chunk({"functionCall": {"name": "f", "args": {"a": 1}}, "thoughtSignature": ""}, finish="STOP"))
     assert not of_type(out, "REASONING_ENCRYPTED_VALUE")
     assert [(r.subtype.value, r.complete) for r in out.artefacts] == [("tool-call", False)]
     assert "empty_signature" in [w.code for w in out.warnings]
 
 
-def test_empty_signature_only_part_carries_nothing_issue14_item2() -> None:
+def test_empty_signature_only_part_carries_nothing() -> None:
     out = translate(chunk(text("Yes.")), chunk({"text": "", "thoughtSignature": ""}, finish="STOP"))
     assert len(of_type(out, "TEXT_MESSAGE_START")) == 1
     assert not of_type(out, "REASONING_ENCRYPTED_VALUE")
     assert all(r.complete is False for r in out.artefacts)
 
 
-def test_signature_before_the_thought_text_keeps_it_a_summary_P1_issue14_item3() -> None:
+def test_signature_before_the_thought_text_keeps_it_a_summary_P1() -> None:
     """A ``{text:"", thought:true, thoughtSignature}`` part, then the thought text."""
     out = translate(chunk(thought("", SIG_A)), chunk(thought("Readable plan.")), chunk(text("x"), finish="STOP"))
     [start] = of_type(out, "REASONING_MESSAGE_START")
@@ -505,7 +505,7 @@ def test_signature_before_the_thought_text_keeps_it_a_summary_P1_issue14_item3()
     assert value["entityId"] == start["messageId"]
 
 
-def test_unknown_part_with_a_signature_is_skipped_not_read_as_text_P3_R4_issue14_item4() -> None:
+def test_unknown_part_with_a_signature_is_skipped_not_read_as_text_P3_R4() -> None:
     out = translate(chunk(thought("a"), {"hologram": {"uri": "gs://x"}, "thoughtSignature": SIG_A}, thought("b")), chunk(text("x"), finish="STOP"))
     got = facts(out.events)
     assert [r["text"] for r in got.reasoning.values()] == ["ab"]  # the thought run is not split
@@ -515,7 +515,7 @@ def test_unknown_part_with_a_signature_is_skipped_not_read_as_text_P3_R4_issue14
     assert out.artefacts == [] and not of_type(out, "REASONING_ENCRYPTED_VALUE")
 
 
-def test_surrogate_halves_split_across_parts_join_and_the_signed_part_stays_writable_R3_issue14_item6() -> None:
+def test_surrogate_halves_split_across_parts_join_and_the_signed_part_stays_writable_R3() -> None:
     cut = [json.dumps(c).encode() for c in (chunk(thought("a \ud83d", SIG_A)), chunk(thought("\ude00 b")))]
     out = translate(*cut, chunk(text("x"), finish="STOP"))
     assert [r["text"] for r in facts(out.events).reasoning.values()] == ["a 😀 b"]

@@ -395,10 +395,10 @@ def test_resplitting_deltas_changes_nothing_P2_R3(
     assert [a.value for a in resplit.artefacts] == [SIG, SIG_2]
 
 
-# -- issue 14 ---------------------------------------------------------------------------------
+# -- signatures: empty, before the summary --------------------------------------------------------
 
 
-def test_empty_thought_signature_is_an_unsigned_thought_R3_P5_issue14_item2() -> None:
+def test_empty_thought_signature_is_an_unsigned_thought_R3_P5() -> None:
     out = translate(created(), start(0, type="thought"), summary(0, "plan"), signature(0, ""), stop(0), completed())
     assert not of_type(out, "REASONING_ENCRYPTED_VALUE")
     assert [r.complete for r in out.artefacts] == [False]
@@ -406,7 +406,7 @@ def test_empty_thought_signature_is_an_unsigned_thought_R3_P5_issue14_item2() ->
     assert "empty_signature" in codes and "unsigned_thought" in codes
 
 
-def test_signature_before_the_summary_keeps_the_thought_a_summary_P1_issue14_item3() -> None:
+def test_signature_before_the_summary_keeps_the_thought_a_summary_P1() -> None:
     out = translate(created(), start(0, type="thought"), signature(0), summary(0, "Readable plan."), stop(0), completed())
     [start_event] = of_type(out, "REASONING_MESSAGE_START")
     assert start_event["metadata"]["reasonwire"]["reasoningKind"] == "summary"

@@ -1,5 +1,5 @@
-"""The worker's health port on Starlette + uvicorn (issue 23 item 16): the probes as before, plus
-``/metrics`` (item 6) and the not-ready wait for missing topics (item 2). No services needed."""
+"""The worker's health port on Starlette + uvicorn: the liveness and readiness probes, plus
+``/metrics`` and the not-ready wait for missing topics. No services needed."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ async def _get(port: int, path: str) -> httpx.Response:
         return await client.get(path)
 
 
-async def test_item6_metrics_route_serves_the_prometheus_text_of_the_telemetry() -> None:
+async def test_metrics_route_serves_the_prometheus_text_of_the_telemetry() -> None:
     telemetry = setup_telemetry(install_global=False, env={"OTEL_METRICS_EXPORTER": "prometheus"})
     telemetry.counter("reasonwire.records", unit="{record}", description="d").add(2, {"reasonwire.record.outcome": "translated"})
 
@@ -41,7 +41,7 @@ async def test_item6_metrics_route_serves_the_prometheus_text_of_the_telemetry()
         await _get(server.port, "/healthz")  # stopped: the port is closed
 
 
-async def test_item6_without_a_prometheus_reader_metrics_is_a_404_that_says_how() -> None:
+async def test_without_a_prometheus_reader_metrics_is_a_404_that_says_how() -> None:
     async def ready() -> dict[str, Any]:
         return {"ready": True}
 
@@ -56,7 +56,7 @@ async def test_item6_without_a_prometheus_reader_metrics_is_a_404_that_says_how(
         await server.stop()
 
 
-def test_item6_prometheus_is_a_pull_reader_beside_otlp_not_a_pushing_exporter() -> None:
+def test_prometheus_is_a_pull_reader_beside_otlp_not_a_pushing_exporter() -> None:
     """``otlp,prometheus``: OTLP still pushes (one exporter), and /metrics has a registry."""
     env = {"OTEL_METRICS_EXPORTER": "otlp,prometheus", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}
     exporters = list(exporters_from_env("metrics", env))
@@ -67,14 +67,14 @@ def test_item6_prometheus_is_a_pull_reader_beside_otlp_not_a_pushing_exporter() 
     assert setup_telemetry(install_global=False, env={}).scrape() is None
 
 
-def test_item16_health_server_runs_on_uvicorn_and_the_docstring_says_it_is_a_dependency() -> None:
+def test_health_server_runs_on_uvicorn_and_the_docstring_says_it_is_a_dependency() -> None:
     import reasonwire.workers.ops.health as health
 
     assert "uvicorn, not a dependency" not in (health.__doc__ or "")
     assert "asyncio.start_server" not in open(health.__file__).read()  # the hand-written HTTP/1.0 server is gone
 
 
-async def test_item2_missing_topics_report_not_ready_and_wait_with_one_log_line(caplog: pytest.LogCaptureFixture) -> None:
+async def test_missing_topics_report_not_ready_and_wait_with_one_log_line(caplog: pytest.LogCaptureFixture) -> None:
     probed: list[int] = []
 
     async def ready() -> dict[str, Any]:
@@ -108,7 +108,7 @@ async def test_item2_missing_topics_report_not_ready_and_wait_with_one_log_line(
     assert any("topics are there" in r.getMessage() for r in caplog.records)
 
 
-async def test_item16_the_health_server_leaves_the_process_signal_handlers_to_faststream() -> None:
+async def test_the_health_server_leaves_the_process_signal_handlers_to_faststream() -> None:
     """uvicorn's own ``serve()`` takes SIGTERM / SIGINT over while it runs; the worker's drain
     on SIGTERM is FastStream's, so the health server must not touch them."""
     import signal

@@ -1,4 +1,4 @@
-"""The Helm chart (deploy/helm/reasonwire, issue 16 "Kubernetes"): ``helm lint`` and
+"""The Helm chart (deploy/helm/reasonwire): ``helm lint`` and
 ``helm template`` run for real, and the assertions read the rendered manifests.
 
 helm is a Go module: where it is not on PATH (nor cached), the test builds it once with
@@ -147,7 +147,7 @@ def test_gateway_behind_a_switch_with_service(helm: str) -> None:
     gateway = _by_kind(docs, "Deployment")["rw-reasonwire-gateway"]
     assert _container(gateway)["args"][0] == "gateway"
     assert _container(gateway)["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    # ready only while Kafka and Redis answer (issue 26 item 6): /healthz stays 200 through an outage
+    # ready only while Kafka and Redis answer: /healthz stays 200 through an outage
     assert _container(gateway)["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert "rw-reasonwire-gateway" in _by_kind(docs, "Service")
 

@@ -1,4 +1,4 @@
-"""The chart installs on a cluster as it comes (issue 23 item 2): a topics Job creates the topics
+"""The chart installs on a cluster as it comes: a topics Job creates the topics
 before any worker starts, and KEDA's ScaledObject is rendered only when asked for and only where
 the cluster serves KEDA's API. ``helm template`` / ``helm lint`` run for real (helm as in
 tests/unit/test_helm.py: on PATH, cached, or built once with Go)."""
@@ -18,7 +18,7 @@ def _topics_job(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return job
 
 
-def test_item2_default_values_render_a_topics_hook_job_with_the_workers_image_and_settings(helm: str) -> None:
+def test_default_values_render_a_topics_hook_job_with_the_workers_image_and_settings(helm: str) -> None:
     docs = _render(helm, "partitions=12", "config.RW_REPLICATION_FACTOR=3", "kafka.bootstrapServers=k1:9092")
     job = _topics_job(docs)
     assert job["metadata"]["annotations"][HOOK] == "pre-install,pre-upgrade"
@@ -46,7 +46,7 @@ def test_item2_default_values_render_a_topics_hook_job_with_the_workers_image_an
         assert int(copy["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(job["metadata"]["annotations"]["helm.sh/hook-weight"])
 
 
-def test_item2_topics_job_uses_an_existing_secret_and_the_kafka_tls_mount(helm: str) -> None:
+def test_topics_job_uses_an_existing_secret_and_the_kafka_tls_mount(helm: str) -> None:
     docs = _render(helm, "secret.existingSecret=mine", "kafka.tlsSecretName=kafka-certs")
     assert not _by_kind(docs, "Secret", hooks=True)
     job = _topics_job(docs)
@@ -55,37 +55,37 @@ def test_item2_topics_job_uses_an_existing_secret_and_the_kafka_tls_mount(helm: 
     assert any(m["mountPath"] == "/etc/reasonwire/kafka-tls" for m in container["volumeMounts"])
 
 
-def test_item2_topics_job_can_be_left_to_the_platform(helm: str) -> None:
+def test_topics_job_can_be_left_to_the_platform(helm: str) -> None:
     docs = _render(helm, "topics.job.enabled=false")
     assert not [d for d in docs if d["kind"] == "Job"] and not _by_kind(docs, "ConfigMap", hooks=True)
 
 
-def test_item2_default_values_render_no_scaledobject_and_fixed_replicas(helm: str) -> None:
+def test_default_values_render_no_scaledobject_and_fixed_replicas(helm: str) -> None:
     """A cluster without KEDA refuses a ScaledObject: none by default, the normalizer has replicas."""
     docs = _render(helm)
     assert not [d for d in docs if d["kind"] == "ScaledObject"]
     assert _by_kind(docs, "Deployment")["rw-reasonwire-normalizer"]["spec"]["replicas"] == 2
 
 
-def test_item2_keda_enabled_renders_one_scaledobject_where_the_api_is_served(helm: str) -> None:
+def test_keda_enabled_renders_one_scaledobject_where_the_api_is_served(helm: str) -> None:
     docs = _render(helm, *KEDA)
     assert len([d for d in docs if d["kind"] == "ScaledObject"]) == 1
     assert "replicas" not in _by_kind(docs, "Deployment")["rw-reasonwire-normalizer"]["spec"]
 
 
-def test_item2_keda_enabled_without_its_api_is_refused_with_one_line_saying_why(helm: str) -> None:
+def test_keda_enabled_without_its_api_is_refused_with_one_line_saying_why(helm: str) -> None:
     out = subprocess.run([helm, "template", "rw", str(CHART), "--set", KEDA[0]], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     assert "does not serve keda.sh/v1alpha1" in out.stderr and "normalizer.keda.enabled=false" in out.stderr
 
 
-def test_item2_helm_lint_strict_passes_with_the_job_and_without_it(helm: str) -> None:
+def test_helm_lint_strict_passes_with_the_job_and_without_it(helm: str) -> None:
     for extra in ((), ("--set", "topics.job.enabled=false"), ("--set", "secret.existingSecret=mine")):
         out = subprocess.run([helm, "lint", "--strict", str(CHART), *extra], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_item6_pods_are_scraped_at_metrics_and_the_workers_serve_prometheus(helm: str) -> None:
+def test_pods_are_scraped_at_metrics_and_the_workers_serve_prometheus(helm: str) -> None:
     docs = _render(helm, "gateway.enabled=true", "health.port=9123")
     [config] = _by_kind(docs, "ConfigMap").values()
     assert "prometheus" in config["data"]["OTEL_METRICS_EXPORTER"].split(",")

@@ -1,4 +1,4 @@
-"""One function builds every Kafka client's security arguments (issue 16, "Secured clients")."""
+"""One function builds every Kafka client's security arguments."""
 
 from __future__ import annotations
 

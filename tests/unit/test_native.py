@@ -1,4 +1,4 @@
-"""The compiled core is used only while it is current (workers/ops/native.py, issue 27 item 3).
+"""The compiled core is used only while it is current (workers/ops/native.py).
 
 A stale build must never shadow an edit: the loader compares every source the build was
 compiled from with the tree, byte for byte, and falls back to pure Python otherwise. The

@@ -443,7 +443,7 @@ def test_response_failed_is_a_run_error_with_the_provider_code() -> None:
     terminal = _terminal(out)
     assert terminal["type"] == "RUN_ERROR" and terminal["code"] == "provider_error"
     assert _meta(terminal)["providerCode"] == expected["end"]["provider_code"]
-    assert [r.complete for r in out.artefacts] == [True]  # the item was whole before the failure (issue 14 item 8)
+    assert [r.complete for r in out.artefacts] == [True]  # the item was whole before the failure
 
 
 @pytest.mark.parametrize("case", ["g_error_event_flat", "g2_error_event_midstream_nested"])
@@ -787,7 +787,7 @@ def test_resplit_deltas_give_identical_output_and_artefacts_P2_R3(
     assert [r.value for r in one.artefacts] == [SECRET, SECRET[::-1]]
 
 
-# -- issue 14 ---------------------------------------------------------------------------------
+# -- edge cases: call order, split surrogates, failures, duplicates, empty values ----------------
 
 
 def _numbered(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -835,7 +835,7 @@ def _completed(status: str = "completed", **fields: Any) -> dict[str, Any]:
     return {"type": f"response.{status}", "response": {"id": "resp_i14", "object": "response", "status": status, "model": "gpt-5", **fields}}
 
 
-def test_pending_tool_calls_are_in_call_order_when_done_events_interleave_P9_issue14_item5() -> None:
+def test_pending_tool_calls_are_in_call_order_when_done_events_interleave_P9() -> None:
     events = _numbered([
         _created(),
         _call_added(0, "call_A"),
@@ -852,7 +852,7 @@ def test_pending_tool_calls_are_in_call_order_when_done_events_interleave_P9_iss
     assert _terminal(out)["outcome"]["pendingToolCallIds"] == started
 
 
-def test_escaped_surrogate_halves_split_across_deltas_join_into_one_character_issue14_item6() -> None:
+def test_escaped_surrogate_halves_split_across_deltas_join_into_one_character() -> None:
     """``"\\ud83d"`` then ``"\\ude00"``: valid JSON the SDKs accept; the text is the emoji (R2: no empty delta)."""
     events = _numbered([_created(), *_text_item(0, "Hi \ud83d", "\ude00!", done_text="Hi 😀!"), _completed()])
     lines = [json.dumps(e).encode() for e in events]
@@ -863,7 +863,7 @@ def test_escaped_surrogate_halves_split_across_deltas_join_into_one_character_is
     assert _terminal(out)["type"] == "RUN_FINISHED"
 
 
-def test_reasoning_item_done_before_response_failed_keeps_its_value_complete_R3_P5_issue14_item8() -> None:
+def test_reasoning_item_done_before_response_failed_keeps_its_value_complete_R3_P5() -> None:
     item = {"id": "rs_F", "type": "reasoning", "summary": [], "encrypted_content": SECRET}
     events = _numbered([
         _created(),
@@ -874,13 +874,13 @@ def test_reasoning_item_done_before_response_failed_keeps_its_value_complete_R3_
     out = _translate(events)
     [record] = out.artefacts
     assert record.value == SECRET and record.complete
-    assert record.native.extra["following_item"] is None  # replay decides (item 10 leaves it out)
+    assert record.native.extra["following_item"] is None  # replay decides (a reasoning item with no following item is left out)
     assert [e["encryptedValue"] for e in _of(out, "REASONING_ENCRYPTED_VALUE")] == [SECRET]
     assert _terminal(out)["type"] == "RUN_ERROR" and _terminal(out)["code"] == "provider_error"
     assert SECRET not in _terminal(out)["message"]
 
 
-def test_a_duplicated_delta_with_the_same_sequence_number_is_dropped_with_a_warning_P2_issue14_item9() -> None:
+def test_a_duplicated_delta_with_the_same_sequence_number_is_dropped_with_a_warning_P2() -> None:
     events = _numbered([_created(), *_text_item(0, "Hel", "lo", done_text="Hello"), _completed()])
     lines = [json.dumps(e).encode() for e in events]
     lines.insert(4, lines[3])  # the first delta delivered twice: same sequence_number, same bytes
@@ -890,7 +890,7 @@ def test_a_duplicated_delta_with_the_same_sequence_number_is_dropped_with_a_warn
     assert [(w.code, w.line) for w in out.warnings] == [("duplicate_event", 5)]
 
 
-def test_response_incomplete_marks_the_units_it_truncated_incomplete_R1_issue14_item9() -> None:
+def test_response_incomplete_marks_the_units_it_truncated_incomplete_R1() -> None:
     events = _numbered([
         _created(),
         *_text_item(0, "The answer is"),  # cut by max_output_tokens: no .done events
@@ -904,7 +904,7 @@ def test_response_incomplete_marks_the_units_it_truncated_incomplete_R1_issue14_
 
 
 @pytest.mark.parametrize("summary", [(), ("Thinking it over.",)])
-def test_empty_encrypted_content_is_unsigned_like_every_grammar_R3_P5_issue14_item2(summary: tuple[str, ...]) -> None:
+def test_empty_encrypted_content_is_unsigned_like_every_grammar_R3_P5(summary: tuple[str, ...]) -> None:
     stream = ResponseStream().start().reasoning(0, "rs_E", summary=summary, encrypted="").message(1, "msg_E", "ok").completed()
     out = _translate(stream.events)
     assert not _of(out, "REASONING_ENCRYPTED_VALUE")
@@ -913,19 +913,19 @@ def test_empty_encrypted_content_is_unsigned_like_every_grammar_R3_P5_issue14_it
     assert [m["kind"] for m in facts(out.events).reasoning.values()] == (["summary"] if summary else [])
 
 
-def test_a_half_whose_partner_never_comes_ends_as_a_replacement_character_issue14_item6() -> None:
+def test_a_half_whose_partner_never_comes_ends_as_a_replacement_character() -> None:
     events = _numbered([_created(), *_text_item(0, "cut \ud83d"), _completed("incomplete", incomplete_details={"reason": "max_output_tokens"})])
     out = _checked(translate_lines(GRAMMAR, [json.dumps(e).encode() for e in events]))
     assert [t["text"] for t in facts(out.events).texts.values()] == ["cut \ufffd"]
 
 
-def test_a_lone_surrogate_outside_a_text_field_is_still_malformed_R7_issue14_item6() -> None:
+def test_a_lone_surrogate_outside_a_text_field_is_still_malformed_R7() -> None:
     events = _numbered([_created(), _call_added(0, "call_\ud83d"), _completed()])
     out = _checked(translate_lines(GRAMMAR, [json.dumps(e).encode() for e in events]))
     assert out.rejected_lines == [2] and _terminal(out)["code"] == "malformed_event"
 
 
-def test_a_retried_batch_repeating_several_events_is_dropped_event_by_event_P2_issue14_item9() -> None:
+def test_a_retried_batch_repeating_several_events_is_dropped_event_by_event_P2() -> None:
     """A producer that retries a batch repeats several events, so a duplicate is not always adjacent."""
     events = _numbered([_created(), *_text_item(0, "Hel", "lo", done_text="Hello"), _completed()])
     lines = [json.dumps(e).encode() for e in events]

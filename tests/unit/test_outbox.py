@@ -1,5 +1,5 @@
 """The outbox hands outputs to the producer in the order given, one sender per partition, and
-never makes its caller wait for a partition to drain (issue 27 item 2). An in-memory stand-in
+never makes its caller wait for a partition to drain. An in-memory stand-in
 for aiokafka's producer: what is under test is the order and the batching of the hand-over."""
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ async def test_a_refused_hand_over_fails_only_its_batch_and_the_sender_goes_on()
 
 
 async def test_runs_interleaved_in_one_add_keep_each_partitions_order_and_a_run_its_partition() -> None:
-    """Issue 27 item 3: ``add`` keeps the previous output's partition and batch while the run
+    """``add`` keeps the previous output's partition and batch while the run
     and topic stay the same; runs alternating, a second topic, a batch filling in the middle of
     a run and a keyless output must still land exactly where, and in the order, the one-by-one
     rule puts them."""

@@ -1,4 +1,4 @@
-"""The distribution's layout (issue 23 item 13): one import package, ``reasonwire``.
+"""The distribution's layout: one import package, ``reasonwire``.
 
 The repository keeps ``workers/`` and ``contracts/`` at the top; pyproject.toml installs them as
 ``reasonwire.workers`` and ``reasonwire.contracts`` through ``package-dir`` and an explicit package

@@ -1,5 +1,5 @@
 """``connect()`` gives a single-server client whose pool checks a connection before handing it
-out (issue 24 chaos row "/readyz after Redis is back"; the behaviour on a real restarted Redis is
+out (``make chaos`` row "/readyz after Redis is back"; the behaviour on a real restarted Redis is
 tests/integration/test_redis_restart.py). No server needed: nothing here connects."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The store's one-server write path: ops → one script call (reasonwire.workers.io.redis_script, issue 17).
+"""The store's one-server write path: ops → one script call (reasonwire.workers.io.redis_script).
 
 The script replaces a ``MULTI``/``EXEC`` pipeline on the hot path; what it writes must be
 exactly what the pipeline wrote (R-store layout unchanged), so every op form the store uses
@@ -82,7 +82,7 @@ def test_the_call_names_the_script_by_its_sha_and_puts_the_epoch_first() -> None
     )
 
 
-def test_fences_come_before_the_ops_issue24() -> None:
+def test_fences_come_before_the_ops() -> None:
     """Each fence is (journal, ended marker) in KEYS and (expected, new head) in ARGV, before the ops."""
     script = ServerScript(redis=None, source=WRITE_OPS)  # type: ignore[arg-type]
     packed = script.pack(*write_call([Op("expire", ("k", 5))], "ep", "e1", witness=9, fences=[("j:a", "e:a", "", "1.t")], journal_ttl_s=60))

@@ -1,4 +1,4 @@
-"""Redis Cluster helpers (issue 16): URL parsing and per-slot grouping (pure parts)."""
+"""Redis Cluster helpers: URL parsing and per-slot grouping (pure parts)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ class _RecordingSlotWriter:
         return SlotWrite([])
 
 
-def test_on_a_cluster_a_poll_that_only_ends_a_run_still_waits_for_replicas_issue16() -> None:
+def test_on_a_cluster_a_poll_that_only_ends_a_run_still_waits_for_replicas() -> None:
     """An ``abort`` or ``end`` record alone in a poll writes nothing, but the run's artefacts went
     to masters in earlier polls: its terminal event must wait for their replicas (``WAIT``), or
     a master lost right after it loses artefacts a reader was told about."""
@@ -80,7 +80,7 @@ def test_on_a_cluster_a_poll_that_only_ends_a_run_still_waits_for_replicas_issue
     assert writer.calls[1:] in ([], [([], False)])
 
 
-def test_a_slot_tag_hashes_to_its_slot_so_a_masters_counter_lives_on_it_issue24() -> None:
+def test_a_slot_tag_hashes_to_its_slot_so_a_masters_counter_lives_on_it() -> None:
     """The per-master write counter (the rollback witness on a cluster) lives in the master's
     lowest slot: its key's tag must hash there, the same for every worker."""
     from reasonwire.contracts.store import shard_count_key

@@ -479,12 +479,12 @@ def test_an_unseen_unit_whose_place_is_ambiguous_is_left_out_and_fails_an_open_l
     assert "unseen_unit_not_placed" in codes(result) and opaque_hashes(result.fragment) == []
 
 
-# -- issue 14 ---------------------------------------------------------------------------------
+# -- what is left out or refused: a last reasoning item, empty signatures, Gemini 3 switches ------
 
 OPENAI_H = Path(__file__).resolve().parents[1] / "fixtures" / "openai-responses" / "h_incomplete_max_output_tokens.jsonl"
 
 
-def test_a_reasoning_item_that_was_the_turns_last_output_is_left_out_P5_issue14_item10() -> None:
+def test_a_reasoning_item_that_was_the_turns_last_output_is_left_out_P5() -> None:
     """The Responses API rejects a reasoning item "provided without its required following item"
     (REFERENCE §1.7): one with no follower at all is left out, as when its follower was lost."""
     history, artefacts = history_of(OPENAI_H, with_results=False)
@@ -552,7 +552,7 @@ def _open_loop(grammar: str, lines: list[bytes]) -> tuple[list[dict[str, Any]], 
     return client_history(out, Grammar(grammar), "Weather in Paris?", [(call_id, '{"temp": 21}')]), out.artefacts
 
 
-def test_an_empty_anthropic_signature_is_never_replayed_and_refuses_an_open_loop_R3_P5_issue14_item2() -> None:
+def test_an_empty_anthropic_signature_is_never_replayed_and_refuses_an_open_loop_R3_P5() -> None:
     history, artefacts = _open_loop("anthropic-messages", _anthropic_tool_turn(""))
     assert [(r.value, r.complete) for r in artefacts] == [("", False)]
     with pytest.raises(ProviderWouldReject, match="unsigned_artefact"):
@@ -561,14 +561,14 @@ def test_an_empty_anthropic_signature_is_never_replayed_and_refuses_an_open_loop
     assert '"signature": ""' not in json.dumps(result.fragment) and "unsigned_artefact" in codes(result)
 
 
-def test_an_empty_gemini_call_signature_refuses_an_open_loop_R3_P5_issue14_item2() -> None:
+def test_an_empty_gemini_call_signature_refuses_an_open_loop_R3_P5() -> None:
     history, artefacts = _open_loop("gemini-generate-content", _gemini_tool_turn(""))
     with pytest.raises(ProviderWouldReject, match="unsigned_artefact"):
         replay(history, artefacts, ReplayTarget(grammar="gemini-generate-content", model="gemini-3-flash-preview"))
 
 
 @pytest.mark.parametrize(("grammar", "lines"), [("anthropic-messages", _anthropic_tool_turn("EqQBsig==")), ("openai-responses", _openai_tool_turn())])
-def test_switching_into_gemini_3_mid_tool_loop_is_refused_like_a_lost_signature_R8_P5_issue14_item11(grammar: str, lines: list[bytes]) -> None:
+def test_switching_into_gemini_3_mid_tool_loop_is_refused_like_a_lost_signature_R8_P5(grammar: str, lines: list[bytes]) -> None:
     history, artefacts = _open_loop(grammar, lines)
     gemini_3 = ReplayTarget(grammar="gemini-generate-content", model="gemini-3-flash-preview")
     with pytest.raises(ProviderWouldReject, match="tool call toolu_L|tool call call_L") as refused:
@@ -583,7 +583,7 @@ def test_switching_into_gemini_3_mid_tool_loop_is_refused_like_a_lost_signature_
     assert any("functionCall" in p for c in gemini_25.fragment["contents"] for p in c["parts"])
 
 
-def test_a_gemini_3_native_call_without_any_stored_signature_is_refused_issue14_item11() -> None:
+def test_a_gemini_3_native_call_without_any_stored_signature_is_refused() -> None:
     """Nothing marks the call as signed (no record, the client keeps no values): the first call of
     a Gemini 3 step is validated anyway, so the loop is refused rather than sent to a 400."""
     history, _ = _open_loop("gemini-generate-content", _gemini_tool_turn("CsMBsig=="))
@@ -596,7 +596,7 @@ def test_a_gemini_3_native_call_without_any_stored_signature_is_refused_issue14_
 
 
 @pytest.mark.parametrize(("target", "refused"), [("anthropic-messages", True), ("openai-responses", False)])
-def test_switching_out_of_gemini_3_mid_tool_loop_follows_the_targets_rule_R8_P5_issue14_item11(target: str, refused: bool) -> None:
+def test_switching_out_of_gemini_3_mid_tool_loop_follows_the_targets_rule_R8_P5(target: str, refused: bool) -> None:
     """The other direction: Gemini 3 history → Anthropic (thinking required in the loop: refused)
     or OpenAI (reasoning state is optional: sent without the foreign signatures, warned)."""
     history, artefacts = _open_loop("gemini-generate-content", _gemini_tool_turn("CsMBsig=="))

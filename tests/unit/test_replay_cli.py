@@ -138,7 +138,7 @@ def test_a_request_that_breaks_the_contract_is_refused_with_its_id() -> None:
     assert isinstance(parse_request(b"not json"), ReplayReply)
 
 
-def test_replay_command_refuses_switching_into_gemini_3_mid_tool_loop_with_one_line_R8_P5_issue14_item11(tmp_path: Path) -> None:
+def test_replay_command_refuses_switching_into_gemini_3_mid_tool_loop_with_one_line_R8_P5(tmp_path: Path) -> None:
     """Anthropic history whose tool loop is open, replayed for Gemini 3: exit 1 ("provider would
     reject"), one line on stderr naming the call, no traceback, no fragment on stdout."""
     run_input, artefacts = _history_and_artefacts(tmp_path)

@@ -1,4 +1,4 @@
-"""``translate`` → ``replay`` with no Python in between (issue 23 item 14): ``reasonwire replay``
+"""``translate`` → ``replay`` with no Python in between: ``reasonwire replay``
 takes the AG-UI events ``translate`` wrote, folds them as a client holds them (AgUiConsumer),
 and gives back each opaque artefact byte for byte (R3, P5)."""
 
@@ -34,7 +34,7 @@ def _main(argv: list[str], stdin: bytes = b"") -> tuple[int, str, str]:
 
 def _translate(grammar: str, tmp_path: Path) -> tuple[Path, Path]:
     # A finished answer: a capture that ends in a tool call has no result yet, and replay leaves
-    # an unanswered call (and the turn it ends) out, as every provider rejects it (issue 25 item 1).
+    # an unanswered call (and the turn it ends) out, as every provider rejects it.
     events, artefacts = tmp_path / "events.jsonl", tmp_path / "artefacts.jsonl"
     status, out, _ = _main(["translate", "--provider", grammar, "--artefacts", str(artefacts), str(LOCAL_FIXTURES / grammar / "a_reasoning_then_answer.jsonl")])
     assert status == 0
@@ -43,7 +43,7 @@ def _translate(grammar: str, tmp_path: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.parametrize("grammar", [g.value for g in Grammar if g in BUILDERS])
-def test_replay_takes_the_events_translate_wrote_and_gives_every_artefact_back_issue23_item14(grammar: str, tmp_path: Path) -> None:
+def test_replay_takes_the_events_translate_wrote_and_gives_every_artefact_back(grammar: str, tmp_path: Path) -> None:
     events, artefacts = _translate(grammar, tmp_path)
     records = [json.loads(line) for line in artefacts.read_text().splitlines()]
     # the provider the next request goes to: the one that issued them (a grammar many providers speak)
@@ -59,7 +59,7 @@ def test_replay_takes_the_events_translate_wrote_and_gives_every_artefact_back_i
 
 
 @pytest.mark.parametrize("grammar", ["anthropic-messages", "openai-responses"])
-def test_the_events_give_the_same_fragment_as_the_history_a_client_folds_issue23_item14(grammar: str, tmp_path: Path) -> None:
+def test_the_events_give_the_same_fragment_as_the_history_a_client_folds(grammar: str, tmp_path: Path) -> None:
     """The CLI folds with AgUiConsumer, so the events and the RunAgentInput a client built from
     them are one history."""
     events, artefacts = _translate(grammar, tmp_path)
@@ -74,7 +74,7 @@ def test_the_events_give_the_same_fragment_as_the_history_a_client_folds_issue23
     assert json.loads(from_events[1]) == json.loads(from_history[1])
 
 
-def test_translate_piped_into_replay_reads_the_events_from_stdin_issue23_item14(tmp_path: Path) -> None:
+def test_translate_piped_into_replay_reads_the_events_from_stdin(tmp_path: Path) -> None:
     events, artefacts = _translate("anthropic-messages", tmp_path)
     status, out, err = _main(["replay", "--provider", "anthropic-messages", "--artefacts", str(artefacts), "-"], stdin=events.read_bytes())
     assert status == 0, err

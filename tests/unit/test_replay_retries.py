@@ -23,7 +23,7 @@ from reasonwire.workers.replay import FRAGMENT_KEY, replay
 from reasonwire.workers.replay.consumer import AgUiConsumer
 from tests.agui_client import client_messages
 from tests.conformance.oracle import Output
-from tests.unit.test_issue25_replay import (
+from tests.unit.test_replay_after_failure import (
     ALL,
     ERROR_LINE,
     call_ids,

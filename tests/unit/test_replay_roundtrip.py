@@ -195,7 +195,7 @@ def expected_request_items(path: Path) -> list[dict[str, Any]]:
 
 SYNTHETIC_RESULT = '{"ok":true}'
 """The answer the test gives a call the fixture's replay section leaves unanswered (it lists the
-assistant turn only): a call without its result is never sent (issue 25 item 1), so the client
+assistant turn only): a call without its result is never sent (every provider rejects it), so the client
 answers every call, as it would before its next request."""
 
 

@@ -1,5 +1,5 @@
 """Retrying: a failed attempt is retried in place after a jittered backoff; the log says
-``degraded`` and ``recovered`` once each (issue 24 item 6: the replay worker's NACK loop)."""
+``degraded`` and ``recovered`` once each (the replay worker's NACK loop)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class Flaky:
         return "done"
 
 
-async def test_an_outage_is_waited_out_with_two_log_lines_and_no_traceback_issue24_item6(caplog: pytest.LogCaptureFixture) -> None:
+async def test_an_outage_is_waited_out_with_two_log_lines_and_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
     retrying = Retrying(logging.getLogger("reasonwire.test"), initial_s=0.001, cap_s=0.004)
     attempt = Flaky(40, RedisConnectionError("Error 111 connecting to 10.0.0.1:6379 password=hunter2"))
     with caplog.at_level(logging.INFO, logger="reasonwire.test"):

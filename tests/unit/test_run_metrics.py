@@ -1,4 +1,4 @@
-"""The per-run metrics (issue 23 item 6: what seed 002 says operators need), from the run's usage
+"""The per-run metrics operators need, from the run's usage
 record: runs ended by outcome, tokens by type — input, reasoning, answer (output less reasoning),
 disjoint — and the times to first reasoning and to first answer text, by provider and model."""
 
@@ -14,7 +14,7 @@ from reasonwire.workers.translators import translator_for
 from tests.unit.test_telemetry import LOCAL_FIXTURES, _metric_points, _records, _steps, telemetry  # noqa: F401 (the fixture)
 
 
-def test_item6_an_ended_run_counts_its_outcome_tokens_by_type_and_first_reasoning_and_text_times(telemetry: Any) -> None:
+def test_an_ended_run_counts_its_outcome_tokens_by_type_and_first_reasoning_and_text_times(telemetry: Any) -> None:
     t, _, metrics = telemetry
     traces, normalizer, records = NormalizerTelemetry(t, group_id="g"), Normalizer(translators=translator_for), _records()
     with traces.batch(records) as trace:
@@ -35,7 +35,7 @@ def test_item6_an_ended_run_counts_its_outcome_tokens_by_type_and_first_reasonin
     assert reasoning_count == text_count == 1 and first_labels == {"gen_ai.provider.name": "anthropic", "gen_ai.response.model": model}
 
 
-def test_item6_a_poll_that_failed_counts_no_run() -> None:
+def test_a_poll_that_failed_counts_no_run() -> None:
     """Counted only for committed polls: a redelivered poll does not count a run twice."""
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 

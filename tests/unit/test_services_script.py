@@ -214,9 +214,9 @@ def test_down_with_nothing_running_is_a_clean_no_op(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("script", ["services", "cluster"])
-def test_the_broker_never_creates_a_topic_by_itself_issue24(tmp_path: Path, script: str) -> None:
-    """Issue 24: a producer that wrote before ``topics apply`` got reasoning.raw.v1 with the broker's
-    4 partitions. The server.properties each script writes (single node and cluster) say no."""
+def test_the_broker_never_creates_a_topic_by_itself(tmp_path: Path, script: str) -> None:
+    """A producer that writes before ``topics apply`` must not get reasoning.raw.v1 with the broker's
+    default partitions: the server.properties each script writes (single node and cluster) say no."""
     if script == "services":
         out = bash("write_kafka_conf; cat \"$KAFKA_CONF\"", clean_env(tmp_path))
     else:
@@ -233,9 +233,9 @@ SECRET = "s3cr3t-Pa55"
 
 @pytest.mark.parametrize("url", [f"redis://:{SECRET}@10.0.0.1:6379/0", f"rediss://app:{SECRET}@cache.example:6380/2",
                                  f"redis://10.0.0.1:6379/0?password={SECRET}"])
-def test_a_redis_password_is_never_printed_issue23_item12(tmp_path: Path, url: str) -> None:
-    """Issue 23 item 12: ``up`` echoed the caller's REDIS_URL, password and all, and ``status`` and
-    the progress line named it too. Each now shows it as ``…:***@…``; the URL itself stays in the
+def test_a_redis_password_is_never_printed(tmp_path: Path, url: str) -> None:
+    """``up``, ``status`` and the progress line never echo the caller's REDIS_URL password:
+    each shows it as ``…:***@…``; the URL itself stays in the
     caller's environment (with-services.sh hands it to its command unchanged)."""
     env = clean_env(tmp_path, REDIS_URL=url, KAFKA_BOOTSTRAP_SERVERS="10.0.0.1:9092")
     status = subprocess.run(["bash", str(SERVICES), "status", "redis"], capture_output=True, text=True, env=env, timeout=60)

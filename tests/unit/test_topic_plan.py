@@ -1,4 +1,4 @@
-"""The topic plan (contracts/topic_plan.py, issue 16 "Topics as a plan"): pure data and a pure diff."""
+"""The topic plan (contracts/topic_plan.py): pure data and a pure diff."""
 
 from __future__ import annotations
 

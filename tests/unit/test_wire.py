@@ -87,7 +87,7 @@ def test_a_refused_event_never_quotes_its_values_R3_P8() -> None:
     with pytest.raises(ValueError) as refused:
         as_model({"type": "REASONING_ENCRYPTED_VALUE", "subtype": 7, "entityId": "m", "encryptedValue": secret})
     # no chained pydantic error at all (it quotes the input): compiled by mypyc, ``raise … from
-    # None`` kept it as ``__context__``, and a logged traceback printed it (issue 27)
+    # None`` kept it as ``__context__``, and a logged traceback would print it
     assert secret not in str(refused.value) and refused.value.__cause__ is None and refused.value.__context__ is None
     assert secret not in "".join(traceback.format_exception(refused.value))
 

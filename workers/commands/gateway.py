@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     configure(settings)
     from reasonwire.workers.ops.health import install_log_throttle
 
-    install_log_throttle()  # aiokafka logs every failed connection attempt during an outage (issue 24 item 6)
+    install_log_throttle()  # aiokafka logs every failed connection attempt during an outage
     try:
         keys = KeyBook.from_env(os.environ)
     except KeyBookError as exc:

@@ -1,4 +1,4 @@
-"""``reasonwire topics plan|apply`` and ``reasonwire asyncapi`` (issue 16).
+"""``reasonwire topics plan|apply`` and ``reasonwire asyncapi``.
 
 ``topics plan`` prints the plan (:mod:`reasonwire.contracts.topic_plan`) for ``RW_PARTITIONS`` partitions
 and ``RW_REPLICATION_FACTOR`` replicas, needing no broker. ``topics apply`` creates the missing

@@ -72,7 +72,7 @@ lookups and minted ids."""
 def require_index(obj: Any, key: str, *, where: str) -> int:
     """A provider index field (``output_index``, ``index``, ``contentBlockIndex`` …): an integer in
     ``0 … MAX_INDEX``. Anything else — missing, mistyped, negative, absurdly large — is a malformed
-    known event (R7, issue 25 item 7), never a lookup that fails deep inside a handler."""
+    known event (R7), never a lookup that fails deep inside a handler."""
     value = require(obj, key, int, where=where)
     if not 0 <= value <= MAX_INDEX:
         raise ProviderGrammarError(f"{where}: field {key!r} is not an index (out of range)")

@@ -1,4 +1,4 @@
-"""One number, one event (issue 24), sans-I/O: how long a run has been silent, who may write
+"""One number, one event, sans-I/O: how long a run has been silent, who may write
 for a run, and whether the store went back in time.
 
 Theory of operation
@@ -15,8 +15,8 @@ that the adapter (``workers/services/normalizer.py``) and the store's write scri
 * :class:`SilenceClock` — silence is measured in *stream time*: time during which the worker
   had consumed its partition to the end the broker reported, confirmed by two fetch responses.
   A paused, starved or lagging worker's clock does not advance, so it never expires a run whose
-  records are waiting (item 1).
-* :class:`Heads` — the fence (items 2, 3). Every write for a run (a poll's journal entries,
+  records are waiting.
+* :class:`Heads` — the fence. Every write for a run (a poll's journal entries,
   an expiry, a run's end) carries the run's journal *head* this worker last saw and the head it
   writes (``"<n>.<worker token>"``). The store's write script applies a poll only if every run's
   head is still the expected one (or already the new one: our own write whose reply was lost)
@@ -24,7 +24,7 @@ that the adapter (``workers/services/normalizer.py``) and the store's write scri
   worker then drops its stale copies and redoes the poll from the journal, and a terminal
   output is sent only after its write was accepted. Rebalances, partition-count changes and
   expiry ticks all go through that one check, so no listener call or timing has to be right.
-* :class:`Witness` — rollback detection (item 4). The store counts its writes (``w`` in the
+* :class:`Witness` — rollback detection. The store counts its writes (``w`` in the
   epoch hash, incremented by every poll's script); the worker puts the count it saw into the
   metadata of every offset commit. A store whose count is below the highest count the worker
   has seen — its own writes, or the committed metadata read at start-up — went back in time

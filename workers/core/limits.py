@@ -58,7 +58,7 @@ def too_deep(text: bytes | str | bytearray, parsed: Any) -> bool:
     """Whether one parsed provider event (``parsed`` from ``text``) is over ``MAX_NESTING``.
 
     Once per provider event: :func:`may_nest_deeper`'s pre-check is written out here (one call
-    per event instead of two; issue 27 item 3)."""
+    per event instead of two, on the hot path)."""
     if isinstance(text, str):
         brackets = text.count("{") + text.count("[")
     else:  # bytes, or a bytearray a caller read into

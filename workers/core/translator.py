@@ -174,7 +174,7 @@ class TranslatorFactory(Protocol):
     """Makes a fresh translator for one run of a grammar (``reasonwire.workers.translators.translator_for``).
 
     The core is handed one rather than importing the registry: the translators build on the core,
-    so the core naming them would be the one arrow that runs upward (issue 27)."""
+    so the core naming them would be the one arrow that runs upward."""
 
     def __call__(
         self,
@@ -450,7 +450,7 @@ class Translator:
     def block_hint(self, index: int) -> dict[str, Any]:
         """Start-event metadata placing a unit whose id is the provider's (a tool call) at its block
         index in its response — what minted ids say for the others. Replay needs it to put back a
-        unit an audience filter hid next to it (issue 25 item 3)."""
+        unit an audience filter hid next to it."""
         return {"blockIndex": index, "responseId": self.response_id or self.run.run_id}
 
     def finish_run(

@@ -1,4 +1,4 @@
-"""SASL and TLS for every Kafka client reasonwire creates — one place (issue 16, "Secured clients").
+"""SASL and TLS for every Kafka client reasonwire creates — one place.
 
 The settings have the usual names (fields of :class:`reasonwire.workers.ops.settings.KafkaSettings`,
 so every command that talks to Kafka validates them at start-up and lists them in ``--help``):

@@ -5,7 +5,7 @@ Why not ``AIOKafkaProducer.send_batch`` straight from the worker: aiokafka's acc
 new batch for a partition only once the previous one for that partition has been sent
 (``add_batch`` waits on ``wait_drain``), so a caller that awaits it is held for a produce round
 trip — the worker used to step the next poll only after that (6 ms p50 / 27 ms p99 at 1,200
-records/s, issue 27) — and two callers waiting for the same partition are not promised to be
+records/s) — and two callers waiting for the same partition are not promised to be
 woken in order (a third, arriving just after the drain, may go first). Here appending is
 synchronous: every output goes into the open batch of its topic partition at once, in order;
 one sender task per partition hands that partition's batches to aiokafka one after the other,

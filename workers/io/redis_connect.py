@@ -1,4 +1,4 @@
-"""One way to open Redis for every component: a single server or a Redis Cluster (issue 16).
+"""One way to open Redis for every component: a single server or a Redis Cluster.
 
 ``REDIS_URL`` as redis-py reads it (``redis://``, ``rediss://`` for TLS, ``user:password@``
 for an ACL user, ``?ssl_ca_certs=…`` and the other connection options), or a cluster:

@@ -1,4 +1,4 @@
-"""A poll's Redis writes on a Redis Cluster: one transaction per hash slot, then ``WAIT`` (issue 16).
+"""A poll's Redis writes on a Redis Cluster: one transaction per hash slot, then ``WAIT``.
 
 On one server the store writes a whole poll in one ``MULTI``/``EXEC``. On a cluster a
 transaction may touch one hash slot only, and every key of a thread (or of a run's journal)
@@ -14,7 +14,7 @@ why this module talks to each master through its own one-connection client rathe
 through ``RedisCluster``'s pool, where the next command may take another connection. ``RedisCluster`` still owns the topology: which master serves
 a slot, refreshed after a failover (a ``MOVED``, a refused connection), and every read.
 
-Issue 24 on a cluster. A slot holding a fenced run's journal is written by the store's write
+Fences on a cluster. A slot holding a fenced run's journal is written by the store's write
 script (:data:`reasonwire.workers.io.redis_script.WRITE_OPS`, one ``EVALSHA`` per slot: a run's
 journal and ended marker share its hash tag) instead of ``MULTI``/``EXEC``: the run's head and
 ended marker are checked and the slot's writes made in one atomic step, or nothing of that slot
@@ -72,7 +72,7 @@ def slot_tag(slot: int) -> str:
 
 @dataclass(frozen=True)
 class Fence:
-    """A run's fence (issue 24): its journal and ended keys (one hash tag: one slot), the head
+    """A run's fence: its journal and ended keys (one hash tag: one slot), the head
     the writer expects and the head it writes (``workers/core/fence.py``)."""
 
     journal: str
@@ -151,7 +151,7 @@ class SlotWriter:
     async def write_guarded(
         self, ops: Sequence[Op], *, wait: bool, fences: Sequence[Fence] = (), count: bool = False, journal_ttl_s: int = 0
     ) -> SlotWrite:
-        """:meth:`write`, with the fences of issue 24: a slot holding a fence's journal is written
+        """:meth:`write`, with the runs' fences: a slot holding a fence's journal is written
         by the fence script (nothing of that slot lands when one of its fences fails: the fence's
         index is in :attr:`SlotWrite.moved`), and with ``count`` each master's writes are followed
         by an increment of this writer's counter there (:attr:`SlotWrite.counts`)."""

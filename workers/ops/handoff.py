@@ -1,7 +1,7 @@
-"""Poll returned → outputs handed to the producer, timed inside the worker (issue 27's targets).
+"""Poll returned → outputs handed to the producer, timed inside the worker (``make bench`` targets).
 
 The end-to-end latency ``make bench`` measures includes the broker twice and the harness's
-own producer and collector; issue 27 also sets targets on the worker's own share of it: from
+own producer and collector; the worker's own share of it has targets too: from
 the moment a poll's records reach the worker to the moment a batch of their outputs is queued
 with the producer — for runs that continue (sent while the poll is stepped) and for terminal
 outputs (``RUN_FINISHED`` / ``RUN_ERROR`` and what follows a run's end, sent after the poll's

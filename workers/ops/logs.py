@@ -1,5 +1,5 @@
 """How every command logs: one format (text or JSON lines), one level, and levels that say
-what an operator must act on (issue 23 item 7).
+what an operator must act on.
 
 :func:`configure` (``RW_LOG_FORMAT``, ``RW_LOG_LEVEL``; :class:`~reasonwire.workers.ops.settings.LogSettings`)
 gives the root logger one handler on stderr. Every library's records go through it:

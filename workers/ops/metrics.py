@@ -1,4 +1,4 @@
-"""Prometheus ``/metrics`` for the worker and the gateway (issue 23 item 6), beside OTLP.
+"""Prometheus ``/metrics`` for the worker and the gateway, beside OTLP.
 
 The worker's metrics are its OpenTelemetry instruments (:mod:`reasonwire.workers.ops.telemetry`):
 ``OTEL_METRICS_EXPORTER=prometheus`` (or ``otlp,prometheus``) adds the OpenTelemetry Prometheus

@@ -2,7 +2,7 @@
 
 ``make`` compiles the hot path — the core, the translators, the envelope reader, the P8
 registry — with mypyc into ``build/native/`` (``tools/build_native.py``,
-issue 27 item 3: about 0.7× the core's CPU per record). This module decides, once per process,
+about 0.7× the core's CPU per record). This module decides, once per process,
 whether the extensions are loaded in place of the ``.py`` files: only if the build is for this
 interpreter and every source it was compiled from is byte for byte the file in the tree (its
 manifest lists their SHA-256 digests). A stale build is never used, so an edit is never

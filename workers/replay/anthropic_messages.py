@@ -18,7 +18,7 @@ missing one fails the replay before the call (core: ``needs_artefact``).
 
 ``tool_use.id`` must match ``^[a-zA-Z0-9_-]+$``: an id that does not (reasonwire's
 minted Gemini ids, another provider's) is rewritten the same way for the call and its
-``tool_result`` (core: ``ReplayBuilder.call_id``, issue 25 item 5).
+``tool_result`` (core: ``ReplayBuilder.call_id``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from reasonwire.workers.replay.core import (
 class AnthropicMessagesReplay(ReplayBuilder):
     grammar = Grammar.ANTHROPIC_MESSAGES
     history_key, system_key = "messages", "system"
-    call_id_pattern = re.compile(r"[a-zA-Z0-9_-]+")  # tool_use.id: ^[a-zA-Z0-9_-]+$ (issue 25 item 5)
+    call_id_pattern = re.compile(r"[a-zA-Z0-9_-]+")  # tool_use.id: ^[a-zA-Z0-9_-]+$
 
     def user(self, turn: UserTurn) -> list[dict[str, Any]]:
         content: Any = turn.texts[0] if turn.plain else [_text(t) for t in turn.texts]
@@ -65,7 +65,7 @@ class AnthropicMessagesReplay(ReplayBuilder):
             return unit.provider_blocks()
         if isinstance(unit, Text):
             return [_text(unit.text)] if unit.text else []
-        call_id = self.call_id(unit.call.id, conversation)  # the id the grammar accepts (issue 25 item 5)
+        call_id = self.call_id(unit.call.id, conversation)  # the id the grammar accepts
         return [{"type": "tool_use", "id": call_id, "name": unit.name, "input": unit.arguments}]
 
     def history(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

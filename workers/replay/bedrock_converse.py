@@ -44,7 +44,7 @@ from reasonwire.workers.replay.family import model_family
 class BedrockConverseReplay(ReplayBuilder):
     grammar = Grammar.BEDROCK_CONVERSE
     history_key, system_key = "messages", "system"
-    call_id_pattern = re.compile(r"[a-zA-Z0-9_-]+")  # toolUseId: 1-64 of [a-zA-Z0-9_-] (issue 25 item 5)
+    call_id_pattern = re.compile(r"[a-zA-Z0-9_-]+")  # toolUseId: 1-64 of [a-zA-Z0-9_-]
     call_id_limit = 64
 
     def user(self, turn: UserTurn) -> list[dict[str, Any]]:
@@ -64,7 +64,7 @@ class BedrockConverseReplay(ReplayBuilder):
             return unit.provider_blocks()
         if isinstance(unit, Text):
             return [{"text": unit.text}] if unit.text else []
-        call_id = self.call_id(unit.call.id, conversation)  # the id the grammar accepts (issue 25 item 5)
+        call_id = self.call_id(unit.call.id, conversation)  # the id the grammar accepts
         return [{"toolUse": {"toolUseId": call_id, "name": unit.name, "input": unit.arguments}}]
 
     def history(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -305,7 +305,7 @@ class AgUiConsumer:
             # parentMessageId is optional and names a message of another role (e.g. the reasoning
             # message before the call): a valid event, so not fatal (R7 is for malformed ones). As the
             # reference @ag-ui/client does, warn and file the call under an assistant message of its
-            # own id (issue 25 item 6).
+            # own id.
             role = getattr(parent, "role", type(parent).__name__)
             self._warn(
                 "parent_not_assistant",
@@ -398,7 +398,7 @@ class AgUiConsumer:
     def _end(self, event: Any) -> None:
         """An end event's ``metadata`` joins what the start event put on the message or call, as
         ``@ag-ui/client`` merges it: reasonwire marks a unit an abnormal end cut off
-        (``reasonwire.incomplete``), and replay leaves such partial reasoning out (issue 25 item 2).
+        (``reasonwire.incomplete``), and replay leaves such partial reasoning out.
         Our namespace is merged one level deeper, so the start's continuity hints stay."""
         if not event.metadata:
             return
@@ -492,7 +492,7 @@ def _keep_unrestated_reasoning(before: list[Message], after: list[Message]) -> l
     producers' snapshots carry user, assistant and tool messages only): the held reasoning
     messages stay, values included, each before the message that followed it — what the
     reference ``@ag-ui/client`` does. A snapshot that restates any reasoning message is
-    authoritative for reasoning too, and those it omits are gone (R5). docs/replay.md, issue 25."""
+    authoritative for reasoning too, and those it omits are gone (R5). See docs/replay.md."""
     if any(isinstance(m, ReasoningMessage) for m in after):
         return after
     kept = list(after)

@@ -507,7 +507,7 @@ class Conversation:
     dropped: list[Reasoning | Text | Call] = field(default_factory=list)
     """Units whose state a builder left out after the fact (an OpenAI reasoning item without its follower)."""
     rewritten_ids: dict[str, str] = field(default_factory=dict)
-    """Tool-call ids the target grammar does not accept → what they were sent as (issue 25 item 5)."""
+    """Tool-call ids the target grammar does not accept → what they were sent as."""
 
     def units(self) -> list[Reasoning | Text | Call]:
         return [u for t in self.turns if isinstance(t, AssistantTurn) for u in t.units]
@@ -618,7 +618,7 @@ def build_conversation(messages: Sequence[Message], continuity: Continuity, log:
 
 
 def _interrupted(message: ReasoningMessage, artefacts: list[ArtefactRecord], excluded: list[Exclusion]) -> bool:
-    """Whether a reasoning message is the partial reasoning of an interrupted run (issue 25 item 2).
+    """Whether a reasoning message is the partial reasoning of an interrupted run.
 
     The client says so: reasonwire marks a unit closed by an abnormal end
     (``REASONING_MESSAGE_END.metadata.reasonwire.incomplete``), and a client that keeps event
@@ -903,7 +903,7 @@ def _position(unit: Reasoning | Text | Call, record: ArtefactRecord) -> int | No
             return other.native.position
     if record.issuer.grammar not in _INDEXED_IDS:
         return None
-    if isinstance(unit, Call):  # a provider id: the translator's start-event hint places it (issue 25 item 3)
+    if isinstance(unit, Call):  # a provider id: the translator's start-event hint places it
         index, owner = metadata_hint(unit.call.metadata, "blockIndex"), metadata_hint(unit.call.metadata, "responseId")
         if type(index) is int and owner is not None and owner in (response, record.run_id):
             return index
@@ -1036,7 +1036,7 @@ class ReplayBuilder:
     """What a tool-call id must match in this grammar (Anthropic ``^[a-zA-Z0-9_-]+$``)."""
 
     def call_id(self, call_id: str, conversation: Conversation) -> str:
-        """The id a call (and its result, alike) carries in this grammar (issue 25 item 5).
+        """The id a call (and its result, alike) carries in this grammar.
 
         An id another grammar issued or reasonwire minted (Gemini 2.5 calls have none, so the
         translator mints ``<responseId>:tool:<n>``) may break this grammar's rule: it is rewritten

@@ -99,7 +99,7 @@ class GeminiGenerateContentReplay(ReplayBuilder):
         if unit.excluded and all(e.issuer for e in unit.excluded) and not validates:
             # A model change (Gemini 3 → 2.5) inside the loop: the other model's signature is left out
             # (foreign_issuer) and the call goes unsigned — a target that does not validate call
-            # signatures accepts it (REFERENCE §3.3). docs/replay.md, issue 25 decision.
+            # signatures accepts it (REFERENCE §3.3); see docs/replay.md.
             return False
         if unit.excluded or unit.client_value:
             return True
@@ -176,7 +176,7 @@ def _text_parts(content: str, unit: Reasoning | Text, *, thought: bool) -> list[
 
 
 def _signed_part_at(content: str, signed_text: str, cursor: int, offset: Any) -> int:
-    """Where a signed part's text starts in the client's text (issue 25 item 4).
+    """Where a signed part's text starts in the client's text.
 
     The record says where the part streamed (``extra.textOffset``); that place is used when the
     client's text still holds the part's text there. A search would find an earlier occurrence of

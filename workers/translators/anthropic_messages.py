@@ -17,7 +17,7 @@ Block → AG-UI mapping:
   (subtype ``message``, entityId = the reasoning message), byte for byte (R3).
   A block with empty text and only a signature (``display: "omitted"``) is kept.
   An empty ``signature_delta`` is no signature: the block is unsigned (warned,
-  no value announced, an incomplete record only; issue 14).
+  no value announced, an incomplete record only).
 * ``redacted_thinking`` — complete in ``content_block_start``, no deltas: a
   reasoning message with no content whose ``data`` is the encrypted value.
 * ``text`` — ``TEXT_MESSAGE_*``. ``tool_use`` — ``TOOL_CALL_*`` with the

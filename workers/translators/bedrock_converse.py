@@ -31,7 +31,7 @@ Block → AG-UI mapping:
   ``{"reasoningContent": {"reasoningText": {"text", "signature"}}}`` (P5).
   A block that stops without a signature is readable only; it has no artefact.
   An empty signature is no signature: warned, never announced, kept only as an
-  incomplete record (issue 14).
+  incomplete record.
 * redacted (``reasoningContent.redactedContent``) — a reasoning message with no
   content (``reasoningKind: redacted``); the value is the base64 text of the
   bytes exactly as it arrived, never decoded (R3), rebuilt as

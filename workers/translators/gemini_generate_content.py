@@ -30,7 +30,7 @@ on a thought or text part it names the message that part belongs to (subtype
 thought's span, or — text and calls are not reasoning — on its own after the
 unit ends, in no span: the event "opens nothing, closes nothing" (draft
 chapter), and an empty span would render as an empty thinking block.
-An empty ``thoughtSignature`` is no signature (issue 14): warned, never
+An empty ``thoughtSignature`` is no signature: warned, never
 announced, kept only as an incomplete record of its part.
 The trailing ``{text: "", thoughtSignature}`` part is a text part: it belongs to
 the open text message, or, when none is open, opens a text message with no
@@ -47,7 +47,7 @@ turn must resend the calls grouped and ordered as they came.
 Artefact record: ``native.block`` is the part without ``thoughtSignature``,
 ``value_path`` ``["thoughtSignature"]``, ``position`` the part index, for a signed text or
 thought part ``extra.textOffset`` (where its text starts in its message: replay puts the
-part back there, whatever the text — issue 25 item 4),
+part back there, even when the same text occurs earlier),
 ``response_id`` the ``responseId``.
 
 End: the chunk whose candidate has a ``finishReason`` (``STOP`` also ends tool-
@@ -201,7 +201,7 @@ class GeminiGenerateContentTranslator(GeminiTranslator):
             entity_id, subtype = self._call(unit, part, position), ArtefactSubtype.TOOL_CALL
         else:
             text = optional(part, "text", str, where=where) or ""
-            if not text and not signature:  # an empty signature is no signature (issue 14)
+            if not text and not signature:  # an empty signature is no signature
                 if signature == "":
                     self.empty_signature("thoughtSignature", f"part {position}", "carries nothing")
                 return
@@ -302,7 +302,7 @@ class GeminiGenerateContentTranslator(GeminiTranslator):
 
         ``REASONING_ENCRYPTED_VALUE`` "opens nothing, closes nothing" (draft chapter), and no
         thinking of the turn is open here (units close in order); an empty reasoning span
-        around it would render as an empty thinking block (issue 14 item 7)."""
+        around it would render as an empty thinking block."""
         updates = {"extra": {"callGroup": list(unit.calls)}} if unit.kind is PartKind.CALL else {}
         for key in unit.signatures:
             self.artefacts.release(key, **updates)
@@ -324,7 +324,7 @@ def _part_kind(part: dict[str, Any]) -> PartKind | None:
 
     A part with no data field at all (only a signature) is an empty text part whose
     ``""`` was omitted; a part whose data field is one we do not know is unknown,
-    signature or not (issue 14 item 4): never read as an empty text part."""
+    signature or not: never read as an empty text part."""
     if "functionCall" in part:
         return PartKind.CALL
     if "text" in part or _PART_METADATA.issuperset(part):

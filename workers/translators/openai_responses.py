@@ -424,7 +424,7 @@ class OpenAIResponsesTranslator(Translator):
             self.counters["incomplete_reasoning_items"] += 1
         # The follower of an earlier reasoning item is this one, if items ever overlapped.
         self._settle_follower(_identity(item))
-        if value == "" and entry.carrier is None:  # empty = no state, and no message to name (issue 14)
+        if value == "" and entry.carrier is None:  # empty = no state, and no message to name
             self.empty_signature("encrypted_content", f"output item {entry.index}", "nothing to keep")
         elif value is not None:  # an empty one on a message is kept unsigned by the ledger, never announced
             carrier = entry.carrier or self._open_carrier(entry)

@@ -45,7 +45,7 @@ partition per poll on the partition's oldest record in it (the poll's worst
 case there; per record it would cost a data point per record). Per run, from the usage record
 of a run that ended (parsed once per run, only with a metric reader): runs ended by outcome,
 tokens by type (input, reasoning, answer — disjoint) and the times to the first reasoning and
-to the first answer text, labelled with the provider and the response model (issue 23 item 6).
+to the first answer text, labelled with the provider and the response model.
 
 Errors. A batch that fails (Redis or the broker failed; the worker rewinds and
 the poll is redelivered) ends its process spans with status ERROR, the
@@ -253,7 +253,7 @@ class NormalizerTelemetry:
             description="End to end: a raw record's Kafka timestamp to its outputs acknowledged (each partition's oldest record per poll)",
             buckets=SECONDS_BUCKETS,
         )
-        # per run, from its usage record (issue 23 item 6: what seed 002 says operators must answer)
+        # per run, from its usage record: what a run cost and how fast it answered
         self.runs_ended = counter("reasonwire.runs.ended", unit="{run}", description="Runs ended, by outcome (the usage record's end)")
         self.tokens = counter(
             "reasonwire.usage.tokens", unit="{token}", description="Tokens of ended runs by type: input, reasoning, answer (output less reasoning)"

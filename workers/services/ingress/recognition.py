@@ -1,5 +1,5 @@
 """Is this stream the grammar it claims to be? One recognition for ``translate``, ``ingest`` and
-``POST /v1/ingest`` (issue 23 item 10, issue 26 item 4). Sans-I/O.
+``POST /v1/ingest``, so all three refuse the same streams. Sans-I/O.
 
 A stream of another grammar is not malformed event by event — every event is simply
 unknown to the translator — so published as it is it would end ``RUN_ERROR interrupted``

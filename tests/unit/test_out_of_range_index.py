@@ -1,8 +1,8 @@
-"""Issue 25 item 7: an index field out of range is a malformed event (R7), in every grammar.
+"""An index field out of range is a malformed event (R7), in every grammar.
 
-An OpenAI stream whose ``output_index`` was a huge negative number ended the run through the
-translator's safety net (``internal_error``, an IndexError) instead of ``RUN_ERROR``
-``malformed_event`` naming the line. Each grammar's index fields — OpenAI ``output_index`` /
+An OpenAI stream whose ``output_index`` is a huge negative number ends as ``RUN_ERROR``
+``malformed_event`` naming the line, never through the translator's safety net
+(``internal_error``, an IndexError). Each grammar's index fields — OpenAI ``output_index`` /
 ``content_index`` / ``summary_index``, Anthropic and Interactions ``index``, Bedrock
 ``contentBlockIndex``, Gemini ``candidates[].index`` — are taken from a real fixture, set out
 of range, and the run must end as malformed at that very line, never as an internal error.
@@ -68,7 +68,7 @@ def _mutated(grammar: str, fixture: str, event: str, field: str, value: int) -> 
 
 @pytest.mark.parametrize("value", OUT_OF_RANGE)
 @pytest.mark.parametrize(("grammar", "fixture", "event", "field"), CASES, ids=lambda v: str(v))
-def test_out_of_range_index_is_a_malformed_event_naming_the_line_issue25_item7_R7(
+def test_out_of_range_index_is_a_malformed_event_naming_the_line_R7(
     grammar: str, fixture: str, event: str, field: str, value: int
 ) -> None:
     lines, line = _mutated(grammar, fixture, event, field, value)

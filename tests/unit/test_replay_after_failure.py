@@ -1,4 +1,4 @@
-"""Issue 25: the next request after things go wrong, with the history the real @ag-ui/client holds.
+"""The next request after things go wrong, with the history the real @ag-ui/client holds.
 
 Each case builds the provider streams from a fixture (cut where production cuts them, with the
 grammar's own error event), translates them as the worker does, applies the AG-UI events through
@@ -89,7 +89,7 @@ def call_ids(out: Output) -> list[str]:
 
 
 def unanswered_calls(grammar: Grammar, fragment: dict[str, Any]) -> list[str]:
-    """Calls in the fragment with no result after them: what every provider rejects (issue 25 item 1).
+    """Calls in the fragment with no result after them: what every provider rejects.
     Gemini generateContent pairs by position: a model call count above the following responses'."""
     items = fragment[FRAGMENT_KEY[grammar]]
     text = json.dumps(items)
@@ -111,7 +111,7 @@ def unanswered_calls(grammar: Grammar, fragment: dict[str, Any]) -> list[str]:
     return [c for c in found if text.count(json.dumps(c)) < 2]
 
 
-# -- item 1: retry after a run that failed (or was cut) after a complete tool call --------------------------
+# -- retry after a run that failed (or was cut) after a complete tool call ----------------------------
 
 
 def failed_after_call(grammar: Grammar, *, interrupted: bool = False) -> tuple[Output, list[ArtefactRecord]]:
@@ -131,7 +131,7 @@ def failed_after_call(grammar: Grammar, *, interrupted: bool = False) -> tuple[O
 
 @pytest.mark.parametrize("interrupted", [False, True], ids=["provider_error", "interrupted"])
 @pytest.mark.parametrize("grammar", ALL, ids=lambda g: g.value)
-def test_retrying_the_same_messages_after_a_failed_tool_call_turn_sends_no_unanswered_call_issue25_item1(
+def test_retrying_the_same_messages_after_a_failed_tool_call_turn_sends_no_unanswered_call(
     grammar: Grammar, interrupted: bool
 ) -> None:
     """The client got RUN_ERROR, ran no tool, and runs the agent again with what it holds."""
@@ -149,7 +149,7 @@ def test_retrying_the_same_messages_after_a_failed_tool_call_turn_sends_no_unans
 
 
 @pytest.mark.parametrize("grammar", ALL, ids=lambda g: g.value)
-def test_a_new_user_turn_after_a_failed_tool_call_turn_leaves_the_call_and_its_reasoning_out_issue25_item1(
+def test_a_new_user_turn_after_a_failed_tool_call_turn_leaves_the_call_and_its_reasoning_out(
     grammar: Grammar,
 ) -> None:
     """The user says "try again": the failed turn stays history, its unanswered call (and the reasoning
@@ -174,14 +174,14 @@ def test_a_new_user_turn_after_a_failed_tool_call_turn_leaves_the_call_and_its_r
     assert "Try again." in sent
 
 
-# -- item 2: a run cut off mid-reasoning inside an open tool loop, then retried -------------------------------
+# -- a run cut off mid-reasoning inside an open tool loop, then retried -------------------------------
 
 
 LOOP_GRAMMARS = [Grammar.ANTHROPIC_MESSAGES, Grammar.BEDROCK_CONVERSE, Grammar.GEMINI_INTERACTIONS]
 
 
 @pytest.mark.parametrize("grammar", LOOP_GRAMMARS, ids=lambda g: g.value)
-def test_partial_reasoning_of_a_run_cut_inside_a_tool_loop_is_left_out_of_the_retried_request_issue25_item2(
+def test_partial_reasoning_of_a_run_cut_inside_a_tool_loop_is_left_out_of_the_retried_request(
     grammar: Grammar,
 ) -> None:
     """user → run 1 (reasoning, call) → result → run 2 cut mid-reasoning (RUN_ERROR interrupted) →
@@ -212,7 +212,7 @@ def test_partial_reasoning_of_a_run_cut_inside_a_tool_loop_is_left_out_of_the_re
 
 
 @pytest.mark.parametrize("grammar", LOOP_GRAMMARS, ids=lambda g: g.value)
-def test_partial_reasoning_in_the_open_loop_is_left_out_for_a_client_that_kept_no_metadata_issue25_item2(
+def test_partial_reasoning_in_the_open_loop_is_left_out_for_a_client_that_kept_no_metadata(
     grammar: Grammar,
 ) -> None:
     """A client that drops event metadata still gets the request out when the store holds the cut
@@ -239,7 +239,7 @@ def test_fixture_streams_exist() -> None:
         assert Path(LOCAL_FIXTURES / grammar.value / "b_reasoning_then_tool_call.jsonl").exists()
 
 
-# -- item 5: minted tool-call ids in every target grammar ----------------------------------------------------
+# -- minted tool-call ids in every target grammar -----------------------------------------------------
 
 ID_RULES: dict[Grammar, tuple[str, int | None]] = {
     Grammar.ANTHROPIC_MESSAGES: (r"[a-zA-Z0-9_-]+", None),  # tool_use.id ^[a-zA-Z0-9_-]+$
@@ -289,7 +289,7 @@ def call_and_result_ids(grammar: Grammar, items: list[dict[str, Any]]) -> tuple[
 
 
 @pytest.mark.parametrize("grammar", ALL, ids=lambda g: g.value)
-def test_a_minted_gemini_call_id_is_valid_in_every_target_grammar_call_and_result_alike_issue25_item5(
+def test_a_minted_gemini_call_id_is_valid_in_every_target_grammar_call_and_result_alike(
     grammar: Grammar,
 ) -> None:
     """Gemini 2.5 calls carry no id; reasonwire mints ``<responseId>:tool:0``. After the loop closed,
@@ -319,7 +319,7 @@ def test_a_minted_gemini_call_id_is_valid_in_every_target_grammar_call_and_resul
 
 
 @pytest.mark.parametrize("grammar", [Grammar.ANTHROPIC_MESSAGES, Grammar.BEDROCK_CONVERSE], ids=lambda g: g.value)
-def test_a_call_id_too_long_or_with_foreign_characters_is_rewritten_consistently_issue25_item5(grammar: Grammar) -> None:
+def test_a_call_id_too_long_or_with_foreign_characters_is_rewritten_consistently(grammar: Grammar) -> None:
     """Any id the target refuses (another provider's, 80 characters, dots) goes out rewritten, the
     same for the call and its result, distinct for distinct ids; a valid id is left alone."""
     long_id, dotted, valid = "call_" + "x" * 80, "fc.1/a b", "toolu_01ABCdef-_9"
@@ -341,7 +341,7 @@ def test_a_call_id_too_long_or_with_foreign_characters_is_rewritten_consistently
     assert [w.entity_id for w in result.warnings if w.code == "call_id_rewritten"] == refused
 
 
-# -- item 4: a Gemini text signature stays on the part it rode ------------------------------------------------
+# -- a Gemini text signature stays on the part it rode ------------------------------------------------
 
 
 def gemini_chunk(parts: list[dict[str, Any]], *, last: bool = False) -> str:
@@ -364,7 +364,7 @@ def gemini_chunk(parts: list[dict[str, Any]], *, last: bool = False) -> str:
     ],
     ids=["period", "newline", "word", "thought"],
 )
-def test_a_signed_gemini_chunk_whose_text_occurs_earlier_goes_back_on_its_own_part_issue25_item4(
+def test_a_signed_gemini_chunk_whose_text_occurs_earlier_goes_back_on_its_own_part(
     before: str, signed: str, thought: bool
 ) -> None:
     """Google: a text response's signature rides its last part, parts go back verbatim. A signed
@@ -387,7 +387,7 @@ def test_a_signed_gemini_chunk_whose_text_occurs_earlier_goes_back_on_its_own_pa
     assert parts[:2] == want
 
 
-# -- item 3: a public-audience client, a redacted block after thinking ---------------------------------------
+# -- a public-audience client, a redacted block after thinking ----------------------------------------
 
 SIG, REDACTED = "EqQBCkYIBRgCKkB+thinking/sig==", "RWRhY3RlZCBieXRlcw+opaque=="
 ITEM3_STREAMS: dict[Grammar, list[dict[str, Any]]] = {
@@ -424,7 +424,7 @@ ITEM3_MODELS = {Grammar.ANTHROPIC_MESSAGES: "claude-sonnet-4-5", Grammar.BEDROCK
 
 
 @pytest.mark.parametrize("grammar", list(ITEM3_STREAMS), ids=lambda g: g.value)
-def test_a_public_client_gets_the_trusted_clients_turn_when_redacted_thinking_follows_thinking_issue25_item3(
+def test_a_public_client_gets_the_trusted_clients_turn_when_redacted_thinking_follows_thinking(
     grammar: Grammar,
 ) -> None:
     """The public stream hides the redacted block; the store holds it. The tool call's start event
@@ -458,7 +458,7 @@ def test_a_public_client_gets_the_trusted_clients_turn_when_redacted_thinking_fo
 # -- decision: Gemini 3 → 2.5 inside a tool loop ---------------------------------------------------------------
 
 
-def test_a_gemini_3_tool_loop_continued_on_gemini_2_5_goes_through_unsigned_issue25_decision() -> None:
+def test_a_gemini_3_tool_loop_continued_on_gemini_2_5_goes_through_unsigned() -> None:
     """Gemini 2.5 does not validate call signatures (REFERENCE §3.3: Gemini 3 does): the 3 signature is
     another model's (foreign_issuer, left out) and the call goes unsigned instead of a refusal that
     blocks a fallback from an overloaded Gemini 3. Into Gemini 3 the loop stays refused."""
@@ -476,11 +476,11 @@ def test_a_gemini_3_tool_loop_continued_on_gemini_2_5_goes_through_unsigned_issu
         replay(history, out.artefacts, ReplayTarget(grammar=grammar, model="gemini-3-pro-preview"))
 
 
-# -- item 1 from the command line: `reasonwire replay` after a failed run --------------------------------------
+# -- from the command line: `reasonwire replay` after a failed run ------------------------------------
 
 
 @pytest.mark.parametrize("grammar", ALL, ids=lambda g: g.value)
-def test_replay_command_after_a_failed_tool_call_turn_exits_0_with_a_request_the_provider_accepts_issue25_item1(
+def test_replay_command_after_a_failed_tool_call_turn_exits_0_with_a_request_the_provider_accepts(
     grammar: Grammar, tmp_path: Path
 ) -> None:
     """`reasonwire translate --artefacts` on the failed run, the client's history after it plus "try
