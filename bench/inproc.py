@@ -113,7 +113,7 @@ def measure(n_records: int, mode: str, runs: int, batch: int, collector: str = "
                     continue
                 if normalizer.needs_restore(item):
                     normalizer.restore(item, [], ended=False)
-                steps.append(normalizer.accept(item))
+                steps.append(normalizer.accept(item, now=0.0))
             t1 = clock()
             where[0] = "after"
             if trace is not None:

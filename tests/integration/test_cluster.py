@@ -327,7 +327,7 @@ async def test_on_a_cluster_a_zombie_write_is_refused_and_a_redo_from_the_journa
             await _step_and_store(a, a_store, _raw(run, records[:3], 0, 0))
             await _step_and_store(b, b_store, _raw(run, records[:5], 0, 0))  # B redoes and goes on
             items = [a.route(r) for r in _raw(run, records[3:5], 0, 3) + _raw(other, other_records[:2], 1, 0)]
-            stale = [a.accept(i) for i in items if isinstance(i, RunInput)]
+            stale = [a.accept(i, now=0.0) for i in items if isinstance(i, RunInput)]
             with pytest.raises(RunsMoved) as refused:
                 await a_store.apply(stale)
             assert refused.value.runs == [stale[0].run]
@@ -335,7 +335,7 @@ async def test_on_a_cluster_a_zombie_write_is_refused_and_a_redo_from_the_journa
             a.forget_runs([stale[0].run])  # what the worker's rewind does
             redone = await _step_and_store(a, a_store, _raw(run, records[5:7], 0, 5))
             reference = Normalizer()
-            ref_steps = [reference.accept(i) for i in (reference.route(r) for r in _raw(run, records[:7], 0, 0)) if isinstance(i, RunInput)]
+            ref_steps = [reference.accept(i, now=0.0) for i in (reference.route(r) for r in _raw(run, records[:7], 0, 0)) if isinstance(i, RunInput)]
             assert [o for s in redone for o in s.outbound] == [o for s in ref_steps[5:7] for o in s.outbound]
         finally:
             for r in (run, other):

@@ -38,14 +38,17 @@ from reasonwire.contracts.topic_plan import plan
 from reasonwire.workers.ops import handoff
 from reasonwire.workers.ops import native
 from reasonwire.workers.io import topics_admin
+from reasonwire.workers.core.actions import (
+    Acknowledged, Action, Adopted, BackedOff, Close, Commit, FailureKind, Forgot, Probe, ReadJournals, ReadOpenRuns, RecoverStore, Recovered, Retired,
+    Seek, Send, Stepped, Write,
+)
 from reasonwire.workers.core.backoff import Backoff, Degradation, Report
 from reasonwire.workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, DeadLetterCode, OutputLimits
-from reasonwire.workers.core.delivery_machine import (
-    Acknowledged, Action, Close, Commit, DeliveryMachine, Failure, Forgot, Probe, ReadJournals, RecoverStore, Retired, Seek, Send, Stepped, Write,
-)
-from reasonwire.workers.core.fence import stalled, witnessed
+from reasonwire.workers.core.delivery_machine import DeliveryMachine
+from reasonwire.workers.core.fence import witnessed
 from reasonwire.workers.core.normalizer import DeadLetter, Normalizer, RawRecord, RunInput, Step
 from reasonwire.workers.ops.gc_pause import collection_paused
+from reasonwire.workers.ops.retry import jitter
 from reasonwire.workers.ops.health import HealthServer, HealthMetrics, RepeatGate, classify, held_back_note, install_log_throttle, wait_for_topics, wait_until_allowed
 from reasonwire.workers.io.kafka_security import broker_security, client_kwargs, servers
 from reasonwire.workers.io.outbox import Outbox
@@ -84,7 +87,10 @@ class NormalizerWorker:
         self.normalizer = Normalizer(PolicyBook.load(settings.policy_file), translators=translator_for)
         self.normalizer.token = secrets.token_hex(4)  # this process's name in the journal heads it writes (the fence)
         self.normalizer.clock.step = expiry_interval(settings)
-        self.machine = DeliveryMachine(self.normalizer, max_in_flight=settings.max_in_flight)
+        self.machine = DeliveryMachine(
+            self.normalizer, max_in_flight=settings.max_in_flight, timeout_s=settings.inactivity_timeout_s, expiry_every_s=expiry_interval(settings),
+            backoff=Backoff(settings.backoff_initial_s, settings.backoff_max_s, rng=jitter()), check_invariants=settings.debug_invariants,
+        )
         self.producer: AIOKafkaProducer | None = None
         self.outbox: Outbox | None = None
         self.consumer: AIOKafkaConsumer | None = None
@@ -98,20 +104,12 @@ class NormalizerWorker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
         self._last_error: BaseException | None = None
-        # -- health (issue 13): backoff between retries, one log line per state change
-        self.backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s)
+        """The exception of the failure being reported (logged with the machine's :class:`BackedOff`)."""
+        # -- health: one log line per state change (the backoff itself is the machine's)
         self.degradation = Degradation()
         self.health_metrics = HealthMetrics(telemetry.telemetry)
-        self._retry_at = 0.0
-        """Loop time before which no poll is stepped (the backoff after a failure)."""
-        self._healthy_since: float | None = time.monotonic()
-        """Loop time since when polls and the broker have worked without a break (``None``: broken now)."""
         self.repeats = RepeatGate()
         """Per-record WARNING lines (translator warnings, dead letters): one per kind per minute."""
-        self._beat = time.monotonic()
-        """When the event loop last ran the heartbeat (:meth:`beat`)."""
-        self._stalled = False
-        """The loop stood still for ``STALL_S`` or more since the last poll (a pause, a VM freeze)."""
 
     @property
     def closing(self) -> bool:
@@ -122,7 +120,7 @@ class NormalizerWorker:
     async def handle(self, records: Sequence[RawRecord]) -> None:
         """Feed one poll to the machine; returns once it is stepped (its writes in flight)."""
         polled = time.perf_counter()  # poll → hand-off to the producer (workers/ops/handoff.py)
-        self._after_stall()
+        self.tick()  # a stall is noticed before the poll is stepped
         await self._until(lambda: self.machine.accepting or self.closing)
         await self._wait_for_retry()
         await self._until(lambda: self.machine.accepting or self.closing)
@@ -130,7 +128,7 @@ class NormalizerWorker:
         if self.closing or not records:
             return  # not committed: redelivered to whoever consumes next (or stale: fetched before a rewind)
         with collection_paused():  # stepped and handed over without a collection in between (issue 27 item 3)
-            actions = self.machine.poll(records, self._log_ends(records))
+            actions = self.machine.poll(records, self._log_ends(records), now=time.monotonic())
             flight = next((a.flight for a in actions if isinstance(a, (Probe, ReadJournals, Stepped))), None)
             if flight is not None:
                 self._traces[flight] = self.telemetry.batch(records).__enter__()
@@ -138,15 +136,11 @@ class NormalizerWorker:
                     self._polled[flight] = polled
             self._take(actions)
 
-    async def expire_idle_runs(self) -> None:
-        """The expiry tick — only once the worker has consumed without a break for a whole
-        timeout: silence while Redis or the broker was away (or the backlog after it) says
-        nothing about the ingress. The machine decides the rest (:meth:`DeliveryMachine.tick`)."""
-        self._after_stall()
+    def tick(self) -> None:
+        """The machine's clock (a few times a second, and before each poll): the stream clock's
+        observations, then ``tick(now)`` — stalls, the idle probe and the expiry are its decisions."""
         self._observe_partitions()
-        if self.closing or not self._quiet_long_enough():
-            return
-        self._take(self.machine.tick(timeout_s=self.settings.inactivity_timeout_s))
+        self._take(self.machine.tick(time.monotonic()))
 
     async def forget(self, partitions: list[TopicPartition]) -> None:
         """Partitions were revoked: what is in flight settles (committed), then their runs go."""
@@ -162,39 +156,19 @@ class NormalizerWorker:
         self._take(self.machine.close())
         await self._until(lambda: self.machine.settled)
 
-    def beat(self) -> None:
-        """The event loop ran (called often by a task): a long gap since the last call is a stall."""
-        now = time.monotonic()
-        if stalled(now - self._beat):
-            self._stalled = True
-        self._beat = now
-
-    def _after_stall(self) -> None:
-        """After a stall, every run held is dropped once what is in flight settled (issue 24 item 2).
-        A stall as long as Kafka's session timeout loses the partitions without the rebalance
-        listener being called until the consumer notices; meanwhile it may still fetch, and a
-        copy of a run that another worker went on with is stale."""
-        self.beat()
-        if self._stalled:
-            self._stalled = False
-            self._take(self.machine.stall())
-
     def _observe_partitions(self) -> None:
         """Feed the machine's stream clock (issue 24 item 1): per partition, whether every record
         below the high watermark of the last fetch response has been stepped, and when that
         response came. A worker that was paused, or lags, has no such fresh confirmation, so
-        its runs' silence does not grow; an outage counts as not caught up."""
+        its runs' silence does not grow; an outage counts as not caught up (the machine judges)."""
         consumer = self.consumer
         if consumer is None:
             return
-        healthy = self._healthy_since is not None and not self.machine.failing
         for tp in consumer.assignment():
             if tp.topic != topics.RAW:
                 continue
-            high = consumer.highwater(tp)
             fetched = consumer.last_poll_timestamp(tp)
-            caught_up = healthy and high is not None and self.normalizer.stepped_to(tp.partition) >= high
-            self.machine.observe(tp.partition, caught_up=caught_up, fetched_at=fetched / 1000 if fetched else None)
+            self.machine.observe(tp.partition, high=consumer.highwater(tp), fetched_at=fetched / 1000 if fetched else None)
 
     def _log_ends(self, records: Sequence[RawRecord]) -> dict[int, int | None]:
         """The broker's log end of each partition of this poll the machine has not met (see
@@ -225,6 +199,12 @@ class NormalizerWorker:
                 self._seek(action)
             elif isinstance(action, Forgot):
                 self._forgot(action)
+            elif isinstance(action, Adopted):
+                log.info("%d open runs of this worker's partitions taken up from the store, to end them if their producer vanished", action.runs)
+            elif isinstance(action, BackedOff):
+                self._note_failure(self._last_error or RuntimeError("failed"), action.delay_s)
+            elif isinstance(action, Recovered):
+                self._log(self.degradation.succeeded(time.monotonic()))
             else:
                 self._spawn(self._perform(action))
         self._wake()
@@ -243,19 +223,20 @@ class NormalizerWorker:
                 with collection_paused():  # the poll's new runs are stepped here
                     self._take(self.machine.journals_read(action, loaded, doubtful=self.store.loss_window()))
                 return
+            if isinstance(action, ReadOpenRuns):
+                self._take(self.machine.open_runs_read(action, await self.store.open_runs(action.partitions)))
+                return
             await self._io(action)
         except Exception as exc:
             self._take(self._failed(action, exc))
         else:
             self._take(self.machine.done(action))
-            # a commit or an idle probe that returns after a later action failed does not clear
-            # the degraded state: that failure's backoff stands (chaos row "/readyz after Redis is back")
-            if not self.machine.failing and (isinstance(action, Commit) and not action.membership or isinstance(action, Probe) and action.flight == 0):
-                self._note_success(action.offsets if isinstance(action, Commit) else {})
+            if isinstance(action, Commit) and not action.membership:
+                self._note_lag(action.offsets)
 
     async def _io(self, action: Action) -> None:
         if isinstance(action, Write):
-            self.stats["artefacts"] += await self.store.apply(action.steps)
+            self.stats["artefacts"] += await self.store.apply(action.steps, action.opened)
         elif isinstance(action, Close):
             await self.store.close_runs(action.steps)  # only after the outputs are acknowledged
         elif isinstance(action, Commit):
@@ -275,17 +256,16 @@ class NormalizerWorker:
             raise TypeError(f"no adapter for {type(action).__name__}")
 
     def _failed(self, action: Action, exc: BaseException) -> list[Action]:
-        """Tell the machine how ``action`` failed; log and back off unless it is not an outage."""
+        """Tell the machine how ``action`` failed (it decides the backoff: :class:`BackedOff`)."""
         if isinstance(exc, RunsMoved):  # not an outage: no backoff, no degraded state
             log.info("fence: %d runs were written by another worker since (a rebalance or a partition change): copies dropped, poll redone", len(exc.runs))
-            return self.machine.failed(action, Failure.MOVED, exc.runs)
+            return self.machine.failed(action, FailureKind.MOVED, exc.runs)
         if isinstance(action, Commit) and action.membership:
             log.info("expiry held back: the group refused this worker's commit (%s)", type(exc).__name__)
-            return self.machine.failed(action, Failure.OUTAGE)
-        if not self.machine.failing or isinstance(action, RecoverStore):  # the first failure of an episode
+            return self.machine.failed(action, FailureKind.OUTAGE)
+        if not self.machine.failing or isinstance(action, RecoverStore):  # the failure an episode's trace and log line name
             self._last_error = exc
-            self._note_failure(exc)
-        return self.machine.failed(action, Failure.STORE_LOST if isinstance(exc, StoreLost) else Failure.OUTAGE)
+        return self.machine.failed(action, FailureKind.STORE_LOST if isinstance(exc, StoreLost) else FailureKind.OUTAGE)
 
     def _send(self, action: Send) -> None:
         """Append the outputs to the outbox now (their order is the machine's); a task reports
@@ -420,26 +400,18 @@ class NormalizerWorker:
 
     # -- health: backoff, state-change logging (issue 13) ------------------------------------
 
-    def _note_failure(self, exc: BaseException) -> None:
-        """Count the failure, schedule the retry one backoff step away and log only on a state
-        change (or the periodic summary): a retry per poll logged a traceback per poll."""
+    def _note_failure(self, exc: BaseException, delay: float) -> None:
+        """Count the failure the machine backed off after, and log only on a state change (or the
+        periodic summary): a retry per poll logged a traceback per poll."""
         failure = classify(exc)
-        self._healthy_since = None
-        delay = self.backoff.next_delay()
-        loop = asyncio.get_running_loop()
-        self._retry_at = loop.time() + delay
         self.health_metrics.failed(failure)
         self.health_metrics.retried(failure)
         if isinstance(exc, StoreLost):
             self.health_metrics.store_lost.add(1)
-        self._log(self.degradation.failed(failure, loop.time(), delay), exc)
+        self._log(self.degradation.failed(failure, time.monotonic(), delay), exc)
 
-    def _note_success(self, offsets: Mapping[int, int]) -> None:
-        """A poll went through end to end: the backoff resets; ``recovered`` is logged once."""
-        self.backoff.reset()
-        if self._healthy_since is None:
-            self._healthy_since = time.monotonic()
-        self._log(self.degradation.succeeded(asyncio.get_running_loop().time()))
+    def _note_lag(self, offsets: Mapping[int, int]) -> None:
+        """A commit went through: each partition's lag behind the broker's high watermark."""
         consumer = self.consumer
         for partition, committed in offsets.items():
             high = consumer.highwater(TopicPartition(topics.RAW, partition)) if consumer is not None else None
@@ -453,13 +425,8 @@ class NormalizerWorker:
         second (``NormalizerTelemetry.metric_flush_s``), and without a later poll only this tick
         would ever flush them."""
         self.telemetry.flush_counts()
-        if await self.broker_answers() != "ok":
-            self._healthy_since = None
-        elif self._healthy_since is None and not self.degradation.degraded:
-            self._healthy_since = time.monotonic()
-        elif self.degradation.degraded and asyncio.get_running_loop().time() >= self._retry_at:
-            self._take(self.machine.probe_when_idle())  # idle after a store failure: no poll will clear it
-        self._log(self.degradation.summary(asyncio.get_running_loop().time()))
+        self._take(self.machine.broker_answered(await self.broker_answers() == "ok"))
+        self._log(self.degradation.summary(time.monotonic()))
 
     async def broker_answers(self) -> str:
         """``"ok"``, or the type name of the failure of a metadata request (2 s at most): the
@@ -471,13 +438,9 @@ class NormalizerWorker:
             return type(exc).__name__
         return "ok"
 
-    def _quiet_long_enough(self) -> bool:
-        since = self._healthy_since
-        return since is not None and time.monotonic() - since >= self.settings.inactivity_timeout_s
-
     async def _wait_for_retry(self) -> None:
-        """Sleep out the backoff (fetching stops meanwhile: < 1 % of a core)."""
-        delay = self._retry_at - asyncio.get_running_loop().time()
+        """Sleep out the machine's backoff (fetching stops meanwhile: < 1 % of a core)."""
+        delay = self.machine.retry_at - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
 
@@ -514,6 +477,17 @@ class NormalizerWorker:
         if witness.epoch is not None:
             witness.saw(counts.get(witness.epoch))
 
+    async def committed_offsets(self, partitions: list[TopicPartition]) -> dict[int, int | None]:
+        """The group's committed offset of each partition (``None``: none, or not readable now —
+        the expiry then waits for this worker's own first commit there)."""
+        consumer, out = self.consumer, {}
+        for tp in partitions:
+            try:
+                out[tp.partition] = await asyncio.wait_for(consumer.committed(tp), 5.0) if consumer is not None else None
+            except Exception:
+                out[tp.partition] = None
+        return out
+
     async def start_outbox(self) -> None:
         """The producer's partitions of every output topic, read once (a run keeps its partition)."""
         assert self.producer is not None
@@ -532,11 +506,13 @@ class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]
             await self.worker.forget(list(revoked))
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        """Runs are restored lazily from their journal on their next record; before that, the
-        store's write count is judged against what the group committed (:meth:`NormalizerWorker.adopt_committed_witness`)."""
-        if self.worker is not None and assigned:
-            self.worker.machine.assigned(tp.partition for tp in assigned if tp.topic == topics.RAW)
-            await self.worker.adopt_committed_witness()
+        """Runs are restored lazily from their journal on their next record; the store's write
+        count is judged against what the group committed (:meth:`NormalizerWorker.adopt_committed_witness`)
+        before the machine reads the partitions' open runs (those no record will bring back)."""
+        worker = self.worker
+        if worker is not None and assigned:
+            await worker.adopt_committed_witness()
+            worker._take(worker.machine.assigned(await worker.committed_offsets([tp for tp in assigned if tp.topic == topics.RAW])))
 
 
 async def ensure_topics(settings: WorkerSettings) -> dict[str, int]:
@@ -710,20 +686,19 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
 
     expiry: dict[str, Any] = {}
 
-    async def beat_forever() -> None:
+    async def tick_forever() -> None:
         while True:
-            worker.beat()
+            worker.tick()
             await asyncio.sleep(0.25)
 
-    async def expire_forever() -> None:
+    async def health_forever() -> None:
         interval = expiry_interval(settings)
         while True:
             await asyncio.sleep(interval)
             try:
-                await worker.expire_idle_runs()
-            except Exception as exc:  # an outage must not kill the loop; the next tick retries
-                worker._note_failure(exc)
-            await worker.tick_health()
+                await worker.tick_health()
+            except Exception as exc:  # a bug here must not stop the health loop: say it once per kind
+                worker._warn_repeating(("health", type(exc).__name__), "health tick failed (%s)", type(exc).__name__)
 
     app = FastStream(broker, logger=log)
 
@@ -753,8 +728,8 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
     async def _start_expiry() -> None:
         for subscriber in broker.subscribers:  # readiness knows the consumer before the first poll
             worker.consumer = worker.consumer or getattr(subscriber, "consumer", None)
-        expiry["task"] = asyncio.create_task(expire_forever())
-        expiry["beat"] = asyncio.create_task(beat_forever())
+        expiry["task"] = asyncio.create_task(health_forever())
+        expiry["beat"] = asyncio.create_task(tick_forever())
 
     @app.on_shutdown
     async def _stop() -> None:
