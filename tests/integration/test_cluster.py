@@ -481,7 +481,7 @@ async def test_a_shard_restored_from_an_older_copy_is_detected_at_start_up_and_i
     the shard's counter: the new worker replaces the epoch (marked lost) and refuses the run's later
     records ``store_lost`` instead of translating them from the old journal — main took the store
     for intact and ended the run ``sequence_gap`` on a number already published."""
-    from reasonwire.workers.services.normalizer import create_app
+    from reasonwire.workers.services.normalizer_app import create_app
     from reasonwire.workers.ops.telemetry import setup_telemetry
     from tests.integration.conftest import Collector, send, send_and_count_refusals
     from tests.integration.test_fence import _one_number_one_event

@@ -17,7 +17,7 @@ from tests.integration.conftest import Collector, send
 from reasonwire.workers.services import normalizer as normalize
 from reasonwire.workers.core import delivery_machine as dm
 from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
-from reasonwire.workers.services.normalizer import create_app
+from reasonwire.workers.services.normalizer_app import create_app
 from reasonwire.workers.ops.settings import WorkerSettings
 from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.ops.telemetry import setup_telemetry

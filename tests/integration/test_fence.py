@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 from reasonwire.contracts.store import ended_key, journal_key
 from reasonwire.workers.core.normalizer import JournalEntry, Normalizer, RawRecord, RunInput, Step
 from reasonwire.workers.services.ingress.records import OutgoingRecord, RunEnvelope, raw_records
-from reasonwire.workers.services.normalizer import create_app
+from reasonwire.workers.services.normalizer_app import create_app
 from reasonwire.workers.ops.settings import WorkerSettings
 from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.io.store import EPOCH_KEY, ArtefactStore, StoreLost

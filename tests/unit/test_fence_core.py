@@ -227,7 +227,7 @@ async def test_a_stalled_worker_drops_every_run_before_it_steps_again_issue24_it
 
 @pytest.mark.parametrize("policy", ["volatile-lru", "allkeys-lru", "volatile-ttl"])
 async def test_an_evicting_store_is_refused_unless_said_dedicated_issue24_item5(policy: str) -> None:
-    from reasonwire.workers.services.normalizer import refuse_evicting_store
+    from reasonwire.workers.services.startup import refuse_evicting_store
 
     class _Redis:
         async def config_get(self, pattern: str) -> dict[str, str]:

@@ -65,6 +65,7 @@ from reasonwire.workers.io.kafka_security import client_kwargs
 from reasonwire.workers.ops.metrics import gateway_metrics
 from reasonwire.workers.io.redis_connect import connect
 from reasonwire.workers.ops.settings import GatewaySettings  # the settings model (issue 23 item 8); imported from here too
+from reasonwire.workers.io.producer_config import DURABLE
 
 __all__ = ["GatewaySettings", "create_app"]
 
@@ -236,7 +237,7 @@ class Gateway:
 
     async def start(self) -> None:
         """Clients are made here: aiokafka binds its objects to the running loop."""
-        self.producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap_servers, acks="all", enable_idempotence=True, **client_kwargs())
+        self.producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap_servers, **DURABLE, **client_kwargs())
         self.publisher = Publisher(producer=self.producer, deliver_timeout_s=self.settings.publish_timeout_s)
         self.redis = connect(self.settings.redis_url)
         await self.producer.start()
