@@ -915,7 +915,8 @@ def check_vanished(run: Run, seen: Observed, row: Row) -> bool:
     row.renumbered += renumbered
     row.ended_twice += len(terminals) > 1
     prefix = all(seq in by_seq and orjson.loads(by_seq[seq][0]) == event for seq, event in enumerate(run.reference))
-    ended = len(terminals) == 1 and b"inactivity_timeout" in next(iter(terminals))
+    ended_itself = bool(run.reference) and run.reference[-1].get("type") in TERMINAL  # its last record sent was the provider's end
+    ended = len(terminals) == 1 and (ended_itself or b"inactivity_timeout" in next(iter(terminals)))
     return prefix and ended and not renumbered
 
 

@@ -99,7 +99,10 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
 
     async def tick_forever() -> None:
         while True:
-            worker.tick()
+            try:
+                worker.tick()
+            except Exception as exc:  # a bug here must not stop the machine's clock: said once per kind
+                worker._warn_repeating(("tick", type(exc).__name__), "clock tick failed (%s)", type(exc).__name__)
             await asyncio.sleep(0.25)
 
     async def health_forever() -> None:
@@ -237,5 +240,7 @@ class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]
         before the machine reads the partitions' open runs (those no record will bring back)."""
         worker = self.worker
         if worker is not None and assigned:
+            for subscriber in worker.broker.subscribers:  # the first assignment comes before the first poll
+                worker.consumer = worker.consumer or getattr(subscriber, "consumer", None)
             await worker.adopt_committed_witness()
             worker._take(worker.machine.assigned(await worker.committed_offsets([tp for tp in assigned if tp.topic == topics.RAW])))
