@@ -54,7 +54,7 @@ def tune_gc() -> None:
     once (:func:`~reasonwire.workers.ops.gc_pause.collection_paused`), so at 2 000 nearly every
     poll ended with a young collection over its own fresh objects and every tenth with a
     middle one over ten polls' worth (5–34 ms): 250–290 young and 26–36 middle collections,
-    ~0.5 s or ~12 µs per raw record, ~12 % of the worker's CPU (py-spy, issue 27). At 20 000
+    ~0.5 s or ~12 µs per raw record, ~12 % of the worker's CPU (py-spy). At 20 000
     the allocations of one poll are mostly freed again (its retirement decrements the count)
     before the next poll adds its own, so the count reaches the threshold only as objects
     accumulate: 13 young collections (p50 ~7 ms, max 20 ms) and 1 middle one in the same

@@ -116,7 +116,7 @@ class NormalizerWorker:
         records = self.machine.fresh(records)
         if self.closing or not records:
             return  # not committed: redelivered to whoever consumes next (or stale: fetched before a rewind)
-        with collection_paused():  # stepped and handed over without a collection in between (issue 27 item 3)
+        with collection_paused():  # stepped and handed over without a collection in between
             actions = self.machine.poll(records, self._log_ends(records), now=time.monotonic())
             flight = next((a.flight for a in actions if isinstance(a, (Probe, ReadJournals, Stepped))), None)
             if flight is not None:
@@ -146,7 +146,7 @@ class NormalizerWorker:
         await self._until(lambda: self.machine.settled)
 
     def _observe_partitions(self) -> None:
-        """Feed the machine's stream clock (issue 24 item 1): per partition, whether every record
+        """Feed the machine's stream clock: per partition, whether every record
         below the high watermark of the last fetch response has been stepped, and when that
         response came. A worker that was paused, or lags, has no such fresh confirmation, so
         its runs' silence does not grow; an outage counts as not caught up (the machine judges)."""
@@ -236,7 +236,7 @@ class NormalizerWorker:
         elif isinstance(action, Probe):
             # after a Redis failure a poll is stepped only once an empty write goes through: its
             # continuing runs' outputs would otherwise go out again on every retry while Redis
-            # refuses writes — 1,632 copies in one OOM (issue 24)
+            # refuses writes — 1,632 copies in one OOM
             await self.store.probe()
         elif isinstance(action, RecoverStore):
             epoch = await self.store.recover_from_loss()
@@ -387,7 +387,7 @@ class NormalizerWorker:
         if held is not None:
             log.warning(line + "%s", *args, held_back_note(held))
 
-    # -- health: backoff, state-change logging (issue 13) ------------------------------------
+    # -- health: backoff, state-change logging ----------------------------------------------
 
     def _note_failure(self, exc: BaseException, delay: float) -> None:
         """Count the failure the machine backed off after, and log only on a state change (or the
@@ -455,7 +455,7 @@ class NormalizerWorker:
         group's commits carry for its epoch. At start-up the worker reads them once; a worker
         that has been running since then knows only the counts its own writes saw, so a store
         restored to a copy taken after its last write — but before the writes of a worker that
-        died and whose partitions it now takes over — would pass (issue 24). One admin request
+        died and whose partitions it now takes over — would pass. One admin request
         per rebalance; if it fails, the check waits for the worker's own writes, as before."""
         try:
             _, counts = await asyncio.wait_for(committed_witness(self.settings), 5.0)

@@ -80,7 +80,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         batch_timeout_ms=20,
         # Kafka's defaults (answer as soon as a record is there) unless the operator trades latency
         # for CPU: at moderate rates a poll carries a few records and its fixed work (fetch, Redis
-        # write, produce request, commit) is paid per few (issue 27, docs/operations.md)
+        # write, produce request, commit) is paid per few (docs/operations.md)
         fetch_max_wait_ms=settings.fetch_max_wait_ms,
         fetch_min_bytes=settings.fetch_min_bytes,
         auto_offset_reset="earliest",
@@ -118,7 +118,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
 
     @app.on_startup
     async def _topics() -> None:
-        if settings.health_port:  # first: /readyz says what the worker waits for (issue 23 item 2); /metrics
+        if settings.health_port:  # first: /readyz says what the worker waits for; /metrics
             expiry["health"] = HealthServer(lambda: readiness(worker), port=settings.health_port, metrics=traces.telemetry.scrape)
             await expiry["health"].start()
         await wait_for_topics(lambda: ensure_topics(settings), expiry.get("health"))  # missing: not ready, wait
@@ -216,7 +216,7 @@ def _raw_record(record: Any) -> RawRecord:
 def run(settings: WorkerSettings | None = None) -> None:
     """``reasonwire worker normalize``: run until SIGINT/SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    install_log_throttle()  # aiokafka logs every failed connection attempt (issue 13, finding 4)
+    install_log_throttle()  # aiokafka logs every failed connection attempt
     log.info("core and translators: %s (workers/ops/native.py)", native.status())
     app, _ = create_app(settings)
     app.after_startup(tune_gc)  # the process's own: not in create_app, which tests run inside pytest

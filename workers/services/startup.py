@@ -79,7 +79,7 @@ EVICTING_POLICIES_OK = ("noeviction",)
 
 
 async def refuse_evicting_store(store: ArtefactStore, settings: WorkerSettings) -> str | None:
-    """Why the worker must not run on this Redis, or ``None`` (issue 24 item 5).
+    """Why the worker must not run on this Redis, or ``None``.
 
     A Redis that evicts (``allkeys-*``, or ``volatile-*``: every journal and artefact has a
     TTL) drops open runs' journals and stored artefacts without a word: a run resumed from a
