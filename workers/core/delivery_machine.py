@@ -844,6 +844,12 @@ class DeliveryMachine:
         flight.parts.append(_Part(tuple(steps), runs, held))
         return [Stepped(flight.id, tuple((None, s) for s in steps), complete=True), *self._progress()]
 
+    def _retake(self, steps: list[Step]) -> None:
+        """Expiries dropped undecided: their runs (ended here in memory only) are forgotten and
+        their partitions' open runs read again, so each is adopted and judged afresh."""
+        self.normalizer.forget_runs(s.run for s in steps if s.run is not None)
+        self._to_scan |= {s.ended_at[0] for s in steps if s.ended_at is not None} & self._owned
+
     def _membership_refused(self) -> list[Action]:
         """The group refused the membership commit: the expiry waits (sent by a later expiry,
         unless the partition is revoked meanwhile)."""
@@ -924,6 +930,9 @@ class DeliveryMachine:
             return self._succeeded()
         if action.membership:
             steps, self._member_check = self._member_check or [], None
+            if self.mode is not Mode.RUNNING:  # decided on state the rewind discards: judged again, from the journals
+                self._retake([s for s in steps if s.run is not None])
+                return []
             return self._launch_expiry(steps) if steps else []
         self._committed.update(action.offsets)
         return self._retire([f for f in self._flights if f.stage is Stage.COMMITTING], committed=True) + self._succeeded()
@@ -993,8 +1002,12 @@ class DeliveryMachine:
         for flight in self._flights:
             for p, (start, _) in flight.offsets.items():
                 first[p] = min(start, first.get(p, start))
-            if flight.expiry and not flight.delivered:
-                self._unsent_expiries.update((s.run, s) for s in flight.steps if s is not None and s.run is not None and s.run not in self._moved)
+        for flight in self._flights:
+            if flight.expiry and flight.stage not in _DONE:  # not sent, or sent but its ended markers not written: again, identical —
+                # unless its run's records come again (a rewound partition): then judged again, from the journal
+                steps = [s for s in flight.steps if s is not None and s.run is not None and s.run not in self._moved]
+                self._unsent_expiries.update((s.run, s) for s in steps if s.ended_at is None or s.ended_at[0] not in first)
+                self._retake([s for s in steps if s.ended_at is not None and s.ended_at[0] in first])
         out = self._retire(list(self._flights), committed=False)
         if self._moved:  # their partitions are read again: a refused expiry's run still has to end
             self._to_scan |= {p for p in map(self.normalizer.partition_of, self._moved) if p is not None} & self._owned
