@@ -41,6 +41,18 @@ epoch id kept). The store model applies the write script's rules from the core
 (``fence_accepts``, the write count against the ``Witness``). A test shows the scenarios can fail:
 without the fence or without the witness, seeds break.
 
+How it is driven (TigerBeetle's VOPR): every fault's probability is drawn per seed
+(:class:`Swarm`: failures, crashes, rebalances, zombies, stalls, graceful restarts, prefetch);
+the machine checks its invariants after every input (``check_invariants``); each worker has its
+own clock, fed to ``tick(now)``, which jumps when its process stands still (a stall it notices
+itself); the fake consumer hands over prefetched records (stale after a seek) and calls the
+rebalance listener (``assigned``, ``revoke``). A seed is a function of itself:
+``RW_SIM_SEED=n`` reruns seed ``n`` alone in every test, and :func:`simulate` returns its trace.
+Producers that vanish mid-run (``vanish``) check that every run the store holds open ends.
+tests/integration/test_delivery_sim_redis.py runs the same simulation through the real store
+and its Lua scripts for a share of the seeds; tests/integration/test_fence_differential.py
+holds the Lua fence and :func:`fence_accepts` to the same verdicts.
+
 Not simulated: the asyncio adapter (``workers/services/normalizer.py``) that performs the actions —
 tests/integration/test_delivery_adapter.py checks it performs only what the machine returned —
 runs whose records move to another partition (``tests/integration/test_fence.py`` checks that
@@ -690,6 +702,7 @@ def simulate(
             world.clock += 1
             worker.observe()
             worker.tick()
+            worker.poll(rng)  # what a rewind left to redeliver (a commit that landed though reported failed)
             while worker.pending:
                 worker.advance(rng, faulty=False)
         open_after = sorted(run.run_id for run in world.store.journals if run not in world.store.ended)
