@@ -51,7 +51,7 @@ class _Null:
 
 def main() -> None:
     prefix_topics(os.environ["RW_BENCH_TOPIC_PREFIX"])
-    import reasonwire.workers.services.normalizer as worker
+    import reasonwire.workers.services.normalizer_app as worker
     from bench import phases
 
     phases.maybe_install()
