@@ -711,7 +711,11 @@ class Normalizer:
         envelope = RawEnvelope(grammar, run_id, thread_id, tenant, upto, model, issuer, None, None)
         record = RawRecord(run_id.encode(), None, (), partition, self.published_upto(partition))
         self.restore(RunInput(record, envelope, run), entries.values(), ended=False, doubtful=doubtful)
-        return run in self._runs
+        state = self._runs.get(run)
+        if state is None:
+            return False
+        state.last_seen = self.clock.at(partition)  # silent from now: no record came (a record's time is a tick ahead)
+        return True
 
     def forget_partitions(self, partitions: Iterable[int], *, revoked: bool = False) -> int:
         """Drop the runs of partitions this worker no longer owns (``revoked``: for good, until
