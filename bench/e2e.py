@@ -154,7 +154,7 @@ def _event_sources(records: Sequence[Record]) -> dict[tuple[str, int], int]:
     mapping: dict[tuple[str, int], int] = {}
     for index, rec in enumerate(records):
         routed = normalizer.route(RawRecord(rec.key, rec.value, tuple(rec.headers)))
-        step = normalizer.accept(routed)  # type: ignore[arg-type]
+        step = normalizer.accept(routed, now=0.0)  # type: ignore[arg-type]
         for out in step.outbound:
             if out.topic == topics.EVENTS:
                 mapping[(rec.run_id, int(out.header(HEADER_EVENT_SEQ) or -1))] = index
@@ -166,7 +166,7 @@ def fanout(records: Sequence[Record]) -> dict[str, float]:
     normalizer = Normalizer(translators=translator_for)
     counts: dict[str, int] = {}
     for rec in records:
-        step = normalizer.accept(normalizer.route(RawRecord(rec.key, rec.value, tuple(rec.headers))))  # type: ignore[arg-type]
+        step = normalizer.accept(normalizer.route(RawRecord(rec.key, rec.value, tuple(rec.headers))), now=0.0)  # type: ignore[arg-type]
         for out in step.outbound:
             counts[out.topic] = counts.get(out.topic, 0) + 1
     per = {topic: n / len(records) for topic, n in counts.items()}

@@ -113,7 +113,7 @@ def measure(n_records: int, mode: str, runs: int, batch: int, collector: str = "
                     continue
                 if normalizer.needs_restore(item):
                     normalizer.restore(item, [], ended=False)
-                steps.append(normalizer.accept(item))
+                steps.append(normalizer.accept(item, now=0.0))
             t1 = clock()
             where[0] = "after"
             if trace is not None:
@@ -159,7 +159,7 @@ def measure(n_records: int, mode: str, runs: int, batch: int, collector: str = "
 def _collector(collector: str) -> None:
     """The garbage collector as ``--gc`` says (``GC_MODES``)."""
     if collector in ("worker", "paused"):
-        from reasonwire.workers.services.normalizer import tune_gc
+        from reasonwire.workers.ops.gc_pause import tune_gc
 
         tune_gc()
     elif collector == "off":

@@ -74,7 +74,7 @@ def prepare(records: list[tuple[bytes | None, bytes | None, list[Any]]], journal
     met: set[object] = set()
     for offset, (key, value, headers) in enumerate(records):
         routed = normalizer.route(RawRecord(key, value, tuple(headers), 0, offset))
-        step = normalizer.reject(routed) if isinstance(routed, DeadLetter) else normalizer.accept(routed)
+        step = normalizer.reject(routed) if isinstance(routed, DeadLetter) else normalizer.accept(routed, now=0.0)
         run = step.run
         prepared = Prepared(run=(journal_key(run.tenant, run.run_id), ended_key(run.tenant, run.run_id)) if run else None)
         prepared.outputs = [(o.topic, o.key, o.value, o.headers) for o in step.outbound]

@@ -44,7 +44,7 @@ def _feed(normalizer: Normalizer, records: Iterable[RawRecord]) -> None:
     for record in records:
         routed = normalizer.route(record)
         assert not hasattr(routed, "reason"), getattr(routed, "reason", "")
-        normalizer.accept(routed)  # type: ignore[arg-type]
+        normalizer.accept(routed, now=0.0)  # type: ignore[arg-type]
 
 
 def _half_run(grammar: str) -> list[bytes]:

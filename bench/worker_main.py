@@ -5,7 +5,7 @@ published to ``reasoning.raw.v1`` would be consumed by every other worker and
 test group on the same broker, and would consume theirs. So this entry point
 prefixes every ``reasoning.*`` topic name with ``$RW_BENCH_TOPIC_PREFIX``
 before the worker module is imported, then runs the unchanged worker
-(``reasonwire.workers.services.normalizer.run``), configured from the environment as usual.
+(``reasonwire.workers.services.normalizer_app.run``), configured from the environment as usual.
 Nothing else differs from ``reasonwire worker normalize``.
 
 With ``RW_BENCH_TELEMETRY=off`` the worker's telemetry (``reasonwire.workers.ops.telemetry``:
@@ -51,7 +51,7 @@ class _Null:
 
 def main() -> None:
     prefix_topics(os.environ["RW_BENCH_TOPIC_PREFIX"])
-    import reasonwire.workers.services.normalizer as worker
+    import reasonwire.workers.services.normalizer_app as worker
     from bench import phases
 
     phases.maybe_install()

@@ -25,7 +25,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.errors import MessageSizeTooLargeError, TopicAlreadyExistsError
 from redis.asyncio import Redis
 
-from chaos.load import BadCase, Run, bad_cases, make_run, templates
+from chaos.load import BadCase, Run, bad_cases, fed_only, make_run, templates
 from chaos.services import Services, Worker
 from reasonwire.contracts import topics
 from reasonwire.contracts.replay import ReplayRequest, ReplayTarget
@@ -56,6 +56,12 @@ class Scenario:
     """Record timestamps (CreateTime: when the ingress took each record) spread over this many
     seconds instead of the send time: a burst that many ingress replicas took in faster than
     this one producer can publish it."""
+    vanish: float = 0.0
+    """Share of the runs whose producer vanishes mid-run: their last records, the end record
+    included, are never sent. Each must still end (``RUN_ERROR inactivity_timeout``) within the
+    timeout and one poll of the moment the worker can see time pass again (:meth:`Chaos.vanished_ended`)."""
+    faketime: bool = False
+    """Worker A runs under libfaketime for this scenario (its clock offset in ``state/faketime``)."""
 
 
 @dataclass
@@ -107,6 +113,10 @@ class Chaos:
         self.artefacts_missing: dict[str, int] = {}
         """Scenario (``check_artefacts``) → its runs with an artefact no longer in Redis."""
         self.budgets: dict[str, int] = {}
+        self.last_sent: dict[str, float] = {}
+        """Run id → when its last record was sent (monotonic): a vanished producer's moment."""
+        self.resumed_at = 0.0
+        """When the last pause of a worker ended (monotonic): a stalled worker sees time pass from then."""
         self.readyz_recoveries: list[float] = []
         """Seconds from Redis back (``services.up`` returned) to ``/readyz`` 200, per Redis outage measured."""
         self.producer: AIOKafkaProducer | None = None
@@ -145,6 +155,7 @@ class Chaos:
             record = queues[i].pop(0)
             if not queues[i]:
                 active.remove(i)
+                self.last_sent[runs[i].run_id] = time.monotonic()
             else:
                 cursor += 1
             await self.paused.wait()
@@ -275,6 +286,18 @@ class Chaos:
         base = templates()
         runs = [make_run(base[i % len(base)], scenario.name, i) for i in range(max(1, int(scenario.runs * self.scale)))]
         self.rng.shuffle(runs)
+        vanishing = runs[: int(len(runs) * scenario.vanish)]
+        for run in vanishing:  # the producer vanishes after a few records: no end record ever comes
+            run.records = run.records[: self.rng.randint(2, max(2, len(run.records) - 2))]
+            run.reference = fed_only(run.envelope, run.records)
+            run.expect = "vanished"
+        clock = self.workers["A"]
+        if scenario.faketime:
+            clock.clock_file = self.services.state / "faketime"
+            clock.clock_file.write_text("+0\n")
+            self.say("  restarting worker A under libfaketime")
+            await asyncio.to_thread(clock.stop)
+            await asyncio.to_thread(self.start_worker, "A")
         runs += extra or []
         self.runs += runs
         self.say(f"scenario {scenario.name}: {len(runs)} runs, {sum(len(r.records) for r in runs)} records over {scenario.seconds:.0f}s")
@@ -287,6 +310,12 @@ class Chaos:
             self.say(f"  fault at {time.monotonic() - start:5.1f}s: {description}")
             await action(self)
         await load
+        if vanishing:
+            await self.vanished_ended(scenario, vanishing)
+        if scenario.faketime and clock.clock_file is not None:
+            clock.clock_file = None  # the next start runs on the real clock
+            await asyncio.to_thread(clock.stop)
+            await asyncio.to_thread(self.start_worker, "A")
         lag = await self.settle(60)
         self.wedged[scenario.name] = sorted(p for p, n in lag.items() if n)
         self.say(f"  settled: lag {sum(lag.values()) if lag else '?'}")
@@ -300,6 +329,22 @@ class Chaos:
             self.artefacts_missing[scenario.name] = await self.missing_artefacts(runs)
         for name in ("B", "R"):  # every scenario starts with worker A alone
             await asyncio.to_thread(self.workers[name].stop)
+
+    async def vanished_ended(self, scenario: Scenario, runs: list[Run]) -> None:
+        """Wait until the timeout and one poll (an expiry interval, a second of slack) have passed
+        since the later of the vanished producers' last records and the worker's last pause; then
+        count the runs with no terminal event yet (what a UI would still wait on)."""
+        interval = max(0.05, min(scenario.timeout_s / 4, 5.0))
+        since = max(max(self.last_sent.get(r.run_id, 0.0) for r in runs), self.resumed_at)
+        bound = scenario.timeout_s + 2 * interval + 1.0
+        await asyncio.sleep(max(0.0, since + bound - time.monotonic()))
+        seen = await collect(self.services.bootstrap)
+        open_runs = [r.run_id for r in runs if not _terminals(seen.events.get(r.run_id, {}))]
+        self.say(f"  vanished producers: {len(runs) - len(open_runs)} of {len(runs)} runs ended within {bound:.1f}s")
+        self.measures.append(Measure(
+            f"{scenario.name}: runs of a vanished producer without a terminal event {bound:.0f}s (timeout + one poll) after it vanished",
+            f"{len(open_runs)} of {len(runs)}", "0", not open_runs,
+        ))
 
     async def missing_artefacts(self, runs: list[Run]) -> int:
         """Runs (finished) with fewer artefacts in Redis than the offline translation stored."""
@@ -479,6 +524,20 @@ def pause(name: str, seconds: float, meanwhile: Fault | None = None) -> Fault:
             await asyncio.sleep(seconds)
         finally:
             chaos.workers[name].resume()
+            chaos.resumed_at = time.monotonic()
+
+    return act
+
+
+def clock_jump(name: str, offset: str) -> Fault:
+    """Jump the clock of worker ``name`` (running under libfaketime) by ``offset`` (``+1h``): its
+    wall and monotonic clocks both move at once, as after a VM resumed or an NTP step."""
+
+    async def act(chaos: Chaos) -> None:
+        clock_file = chaos.workers[name].clock_file
+        assert clock_file is not None, "the scenario runs the worker under libfaketime (faketime=True)"
+        clock_file.write_text(f"{offset}\n")
+        chaos.resumed_at = time.monotonic()
 
     return act
 
@@ -665,6 +724,13 @@ def issue24_scenarios() -> list[Scenario]:
     """Issue 24's operational events, items 1–6 (each failed on the code of its filing)."""
     return [
         # 1. the worker's own delay taken for a silent producer
+        # every run ends: producers vanish while the worker stands still for 2×STALL_S (it drops the
+        # runs it holds, and must take up the open ones again from the store's index), and while
+        # its clock jumps an hour forward (stream time credits at most one expiry interval)
+        Scenario("stall_vanished", 120, 14, [(5, "SIGSTOP worker A for 6 s (2×STALL_S) while a third of the producers vanish, then SIGCONT",
+                                              pause("A", 6))], timeout_s=6, vanish=0.34, linger_s=2, log_budget=BUDGET),
+        Scenario("clock_jump_vanished", 120, 14, [(5, "worker A's clock (libfaketime) jumps +1 h while a third of the producers vanish",
+                                                   clock_jump("A", "+1h"))], timeout_s=6, vanish=0.34, faketime=True, linger_s=2, log_budget=BUDGET),
         Scenario("paused_worker", 120, 18, [(5, "SIGSTOP worker A for 8 s (RW_INACTIVITY_TIMEOUT_S=4), then SIGCONT", pause("A", 8))],
                  timeout_s=4, linger_s=6, check_artefacts=True, log_budget=BUDGET),
         Scenario("burst_backlog", 3000, 3, timeout_s=1, concurrency=3000, arrival_s=1, linger_s=4, check_artefacts=True, log_budget=BUDGET),
@@ -829,9 +895,44 @@ def check_run(run: Run, seen: Observed, row: Row) -> tuple[int, int, int, bool]:
     return lost, duplicates, inconsistent, lost == 0 and inconsistent == 0
 
 
+def _terminals(by_seq: dict[int, list[bytes]]) -> set[bytes]:
+    """The distinct terminal events among a run's published events."""
+    found = set()
+    for copies in by_seq.values():
+        for copy in copies:
+            if b'"RUN_FINISHED"' in copy or b'"RUN_ERROR"' in copy:
+                found.add(orjson.dumps(orjson.loads(copy), option=orjson.OPT_SORT_KEYS))
+    return found
+
+
+def check_vanished(run: Run, seen: Observed, row: Row) -> bool:
+    """A run whose producer vanished: its published events are the offline translation of what
+    was sent, then the worker's own closing events ending in ``RUN_ERROR inactivity_timeout`` —
+    once each number, one terminal event. Counts the run in ``row.renumbered`` / ``row.ended_twice``."""
+    by_seq = seen.events.get(run.run_id, {})
+    renumbered = any(len({orjson.dumps(orjson.loads(c), option=orjson.OPT_SORT_KEYS) for c in copies}) > 1 for copies in by_seq.values())
+    terminals = _terminals(by_seq)
+    row.renumbered += renumbered
+    row.ended_twice += len(terminals) > 1
+    prefix = all(seq in by_seq and orjson.loads(by_seq[seq][0]) == event for seq, event in enumerate(run.reference))
+    ended_itself = bool(run.reference) and run.reference[-1].get("type") in TERMINAL  # its last record sent was the provider's end
+    ended = len(terminals) == 1 and (ended_itself or b"inactivity_timeout" in next(iter(terminals)))
+    return prefix and ended and not renumbered
+
+
 def verify(chaos: Chaos, seen: Observed, diagnostics: list[str]) -> list[Row]:
     rows: dict[str, Row] = {}
     for run in chaos.runs:
+        if run.expect == "vanished":
+            name = f"{run.scenario} (vanished producers)"
+            row = rows.setdefault(name, Row(name))
+            row.runs += 1
+            if check_vanished(run, seen, row):
+                row.complete += 1
+            else:
+                row.lost_runs += 1
+                diagnostics.append(_diagnose(run, seen))
+            continue
         if run.expect != "complete":
             continue
         row = rows.setdefault(run.scenario, Row(run.scenario, wedged=chaos.wedged.get(run.scenario, []),

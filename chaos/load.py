@@ -107,6 +107,20 @@ def reference_of(envelope: RunEnvelope, records: list[OutgoingRecord]) -> list[d
     return _translate(envelope, events)[0]
 
 
+def fed_only(envelope: RunEnvelope, records: list[OutgoingRecord]) -> list[dict[str, Any]]:
+    """The events a worker publishes for ``records`` before the run is closed (a producer that
+    vanished: what comes next is the worker's own ``RUN_ERROR``, not the translator's finish)."""
+    translator = translator_for(
+        envelope.grammar, run_id=envelope.run_id, thread_id=envelope.thread_id, model=envelope.model, issuer_scope=envelope.issuer_scope
+    )
+    out = []
+    for r in records:
+        if r.value is not None and HEADER_CONTROL not in dict(r.headers):
+            sse = dict(r.headers).get("rw-sse-event")
+            out += translator.feed(r.value, sse_event=sse.decode() if sse else None).events
+    return [orjson.loads(event_json(e)) for e in out]
+
+
 def _rewrite(data: bytes, rewrites: dict[bytes, bytes]) -> bytes:
     for old, new in rewrites.items():
         if old in data:

@@ -138,6 +138,24 @@ def _wait_gone(pid: int | None, timeout: float = 30) -> None:
         time.sleep(0.05)
 
 
+FAKETIME_LIBRARIES = (Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"), Path("/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1"),
+                      Path("/usr/lib/faketime/libfaketime.so.1"), Path("/usr/local/lib/faketime/libfaketime.so.1"))
+
+
+def faketime_library() -> Path:
+    """libfaketime (Debian package ``faketime``), installed with apt-get when missing (root) —
+    the clock-jump scenario runs a worker under it."""
+    for path in FAKETIME_LIBRARIES:
+        if path.exists():
+            return path
+    if shutil.which("apt-get") and os.geteuid() == 0:
+        subprocess.run(["apt-get", "install", "-y", "faketime"], check=False, capture_output=True)
+        for path in FAKETIME_LIBRARIES:
+            if path.exists():
+                return path
+    raise RuntimeError("libfaketime is missing: install the Debian package faketime (apt-get install faketime)")
+
+
 @dataclass
 class Worker:
     """``reasonwire worker normalize`` (or ``replay``) as its own process, logging to a file."""
@@ -154,6 +172,9 @@ class Worker:
     """``RW_INACTIVITY_TIMEOUT_S`` of the next start (30 s: shorter than the broker restart, so the
     expiry guard is exercised; the paused-worker scenarios use 4 s and 12 s)."""
     proc: subprocess.Popen[bytes] | None = None
+    clock_file: Path | None = None
+    """Start under libfaketime with its offset read from this file (``+0``; a fault writes ``+1h``):
+    the worker's wall and monotonic clocks jump when the file changes (:func:`faketime_library`)."""
     logs: list[Path] = field(default_factory=list)
     starts: int = 0
     cpu_done: float = 0.0
@@ -176,6 +197,8 @@ class Worker:
             "OTEL_TRACES_EXPORTER": "none",
             "OTEL_METRICS_EXPORTER": "none",
         }
+        if self.clock_file is not None:
+            env.update({"LD_PRELOAD": str(faketime_library()), "FAKETIME_TIMESTAMP_FILE": str(self.clock_file), "FAKETIME_CACHE_DURATION": "1"})
         out = log.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "reasonwire.workers.cli", "worker", self.kind], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=self.tree

@@ -242,7 +242,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _normalize(args: argparse.Namespace) -> int:
-    from reasonwire.workers.services.normalizer import run  # imported here: `translate` needs no Kafka client
+    from reasonwire.workers.services.normalizer_app import run  # imported here: `translate` needs no Kafka client
 
     return _with_services(NormalizeSettings, lambda settings: run(settings) or 0)  # type: ignore[arg-type]
 

@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 from reasonwire.contracts import topics
 from tests.integration.service_choice import ServiceChoiceError, choose, docker_answers
 from reasonwire.workers.services.ingress.records import OutgoingRecord
-from reasonwire.workers.services.normalizer import ensure_topics
+from reasonwire.workers.services.startup import ensure_topics
 from reasonwire.workers.services.replay_worker import ensure_replay_topics
 from reasonwire.workers.io.redis_connect import connect
 from reasonwire.workers.ops.settings import WorkerSettings

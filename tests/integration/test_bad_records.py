@@ -32,7 +32,8 @@ from reasonwire.contracts.grammars import Grammar
 from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream
 from reasonwire.workers.services.ingress.records import OutgoingRecord, RunEnvelope, raw_records
 from reasonwire.workers.services import normalizer as normalize
-from reasonwire.workers.services.normalizer import NormalizerWorker, create_app
+from reasonwire.workers.services.normalizer import NormalizerWorker
+from reasonwire.workers.services.normalizer_app import create_app
 from reasonwire.workers.ops.settings import WorkerSettings
 from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.ops.telemetry import setup_telemetry

@@ -327,7 +327,7 @@ async def test_on_a_cluster_a_zombie_write_is_refused_and_a_redo_from_the_journa
             await _step_and_store(a, a_store, _raw(run, records[:3], 0, 0))
             await _step_and_store(b, b_store, _raw(run, records[:5], 0, 0))  # B redoes and goes on
             items = [a.route(r) for r in _raw(run, records[3:5], 0, 3) + _raw(other, other_records[:2], 1, 0)]
-            stale = [a.accept(i) for i in items if isinstance(i, RunInput)]
+            stale = [a.accept(i, now=0.0) for i in items if isinstance(i, RunInput)]
             with pytest.raises(RunsMoved) as refused:
                 await a_store.apply(stale)
             assert refused.value.runs == [stale[0].run]
@@ -335,7 +335,7 @@ async def test_on_a_cluster_a_zombie_write_is_refused_and_a_redo_from_the_journa
             a.forget_runs([stale[0].run])  # what the worker's rewind does
             redone = await _step_and_store(a, a_store, _raw(run, records[5:7], 0, 5))
             reference = Normalizer()
-            ref_steps = [reference.accept(i) for i in (reference.route(r) for r in _raw(run, records[:7], 0, 0)) if isinstance(i, RunInput)]
+            ref_steps = [reference.accept(i, now=0.0) for i in (reference.route(r) for r in _raw(run, records[:7], 0, 0)) if isinstance(i, RunInput)]
             assert [o for s in redone for o in s.outbound] == [o for s in ref_steps[5:7] for o in s.outbound]
         finally:
             for r in (run, other):
@@ -481,7 +481,7 @@ async def test_a_shard_restored_from_an_older_copy_is_detected_at_start_up_and_i
     the shard's counter: the new worker replaces the epoch (marked lost) and refuses the run's later
     records ``store_lost`` instead of translating them from the old journal — main took the store
     for intact and ended the run ``sequence_gap`` on a number already published."""
-    from reasonwire.workers.services.normalizer import create_app
+    from reasonwire.workers.services.normalizer_app import create_app
     from reasonwire.workers.ops.telemetry import setup_telemetry
     from tests.integration.conftest import Collector, send, send_and_count_refusals
     from tests.integration.test_fence import _one_number_one_event

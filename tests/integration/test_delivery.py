@@ -14,7 +14,7 @@ from tests.conformance.oracle import LOCAL_FIXTURES, assert_valid_stream, transl
 from tests.integration.conftest import Collector, send
 from reasonwire.workers.core.normalizer import Outbound
 from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
-from reasonwire.workers.services.normalizer import create_app
+from reasonwire.workers.services.normalizer_app import create_app
 from reasonwire.workers.ops.settings import WorkerSettings
 from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.ops.telemetry import setup_telemetry

@@ -17,7 +17,7 @@ from tests.integration.conftest import Collector, send
 from reasonwire.workers.services import normalizer as normalize
 from reasonwire.workers.core import delivery_machine as dm
 from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
-from reasonwire.workers.services.normalizer import create_app
+from reasonwire.workers.services.normalizer_app import create_app
 from reasonwire.workers.ops.settings import WorkerSettings
 from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.ops.telemetry import setup_telemetry
@@ -79,20 +79,21 @@ async def test_every_delivery_io_is_an_action_the_machine_returned_issue27(prime
     app, worker = create_app(dataclasses.replace(primed_group, inactivity_timeout_s=120), telemetry)
     audit = _Audit()
     machine = worker.machine
-    for name in ("poll", "journals_read", "done", "failed", "tick", "revoke", "stall", "close"):
+    for name in ("poll", "journals_read", "open_runs_read", "done", "failed", "tick", "broker_answered", "assigned", "revoke", "stall", "close"):
         setattr(machine, name, audit.returns(getattr(machine, name)))
     store = worker.store
     failures: list[int] = []
     real_apply = store.apply
 
-    async def apply_failing_once(steps: Any) -> int:  # one store failure: the rewind, the probe, the seek
+    async def apply_failing_once(steps: Any, opened: Any = None) -> int:  # one store failure: the rewind, the probe, the seek
         if not failures and any(s.run_ended for s in steps):
             failures.append(1)
             raise ConnectionError("Redis went away")
-        return await real_apply(steps)
+        return await real_apply(steps, opened)
 
     store.apply = apply_failing_once  # type: ignore[method-assign]
-    audit.io(store, "apply", dm.Write, lambda a, steps: tuple(steps) == a.steps)
+    audit.io(store, "apply", dm.Write, lambda a, steps, opened=None: tuple(steps) == a.steps and opened is a.opened)
+    audit.io(store, "open_runs", dm.ReadOpenRuns, lambda a, partitions: tuple(partitions) == a.partitions)
     audit.io(store, "close_runs", dm.Close, lambda a, steps: tuple(steps) == a.steps)
     audit.io(store, "load_journals", dm.ReadJournals, lambda a, runs: tuple(runs) == a.runs)
     audit.io(store, "probe", dm.Probe)

@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 from reasonwire.contracts.store import ended_key, journal_key
 from reasonwire.workers.core.normalizer import JournalEntry, Normalizer, RawRecord, RunInput, Step
 from reasonwire.workers.services.ingress.records import OutgoingRecord, RunEnvelope, raw_records
-from reasonwire.workers.services.normalizer import create_app
+from reasonwire.workers.services.normalizer_app import create_app
 from reasonwire.workers.ops.settings import WorkerSettings
 from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.io.store import EPOCH_KEY, ArtefactStore, StoreLost
@@ -168,7 +168,7 @@ async def _step_and_store(n: Normalizer, store: ArtefactStore, records: list[Raw
         if n.needs_restore(item):
             journal, ended = await store.load_journal(item.run)
             n.restore(item, journal, ended=ended)
-        steps.append(n.accept(item))
+        steps.append(n.accept(item, now=0.0))
     await store.apply(steps)
     return steps
 
@@ -216,13 +216,13 @@ async def test_a_zombie_write_is_refused_and_a_redo_from_the_journal_agrees_issu
     first = _raw(run, records[:3], 0, 0)
     await _step_and_store(a, a_store, first)
     await _step_and_store(b, b_store, _raw(run, records[:3], 0, 0) + _raw(run, records[3:5], 0, 3))  # B redoes and goes on
-    stale = [a.accept(item) for item in [a.route(r) for r in _raw(run, records[3:5], 0, 3)] if isinstance(item, RunInput)]
+    stale = [a.accept(item, now=0.0) for item in [a.route(r) for r in _raw(run, records[3:5], 0, 3)] if isinstance(item, RunInput)]
     with pytest.raises(RunsMoved):
         await a_store.apply(stale)
     a.forget_runs([stale[0].run])  # what the worker's rewind does
     redone = await _step_and_store(a, a_store, _raw(run, records[5:7], 0, 5))
     reference = Normalizer(translators=translator_for)
-    ref_steps = [reference.accept(item) for item in (reference.route(r) for r in _raw(run, records[:7], 0, 0)) if isinstance(item, RunInput)]
+    ref_steps = [reference.accept(item, now=0.0) for item in (reference.route(r) for r in _raw(run, records[:7], 0, 0)) if isinstance(item, RunInput)]
     assert [o for s in redone for o in s.outbound] == [o for s in ref_steps[5:7] for o in s.outbound]
     await redis.delete(journal_key(run.tenant, run.run_id), ended_key(run.tenant, run.run_id))
 

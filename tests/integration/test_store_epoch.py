@@ -21,7 +21,7 @@ from reasonwire.contracts.store import journal_key
 from tests.integration.conftest import Collector, fresh_store_epoch, send
 from reasonwire.workers.core.normalizer import JournalEntry, RunKey, Step
 from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
-from reasonwire.workers.services.normalizer import create_app
+from reasonwire.workers.services.normalizer_app import create_app
 from reasonwire.workers.ops.settings import WorkerSettings
 from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.io.store import EPOCH_KEY, ArtefactStore, StoreLost

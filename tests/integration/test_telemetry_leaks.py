@@ -1,6 +1,6 @@
 """P8 on the real broker and Redis: nothing opaque (nor readable reasoning) escapes into telemetry.
 
-The real FastStream app (``reasonwire.workers.services.normalizer.create_app``) runs in this process
+The real FastStream app (``reasonwire.workers.services.normalizer_app.create_app``) runs in this process
 against the project's Kafka and Redis, with an in-memory span exporter, an
 in-memory metric reader and log capture on every handler FastStream and our
 code log to, at DEBUG. Every fixture is sent through it, plus a record with
@@ -37,7 +37,7 @@ from tests.conformance.oracle import fixture_paths, translate_file
 from tests.integration.conftest import Collector, send
 from reasonwire.workers.core.normalizer import Step
 from reasonwire.workers.services.ingress.records import OutgoingRecord, RunEnvelope, raw_records
-from reasonwire.workers.services.normalizer import create_app
+from reasonwire.workers.services.normalizer_app import create_app
 from reasonwire.workers.ops.settings import WorkerSettings
 from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.ops.telemetry import setup_telemetry

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from reasonwire.workers.core.backoff import Backoff, Degradation, Failure
+from reasonwire.workers.core.backoff import Backoff, Degradation, ServiceFailure
 from reasonwire.workers.ops.health import LogThrottle, RepeatGate, classify, held_back_note
 from reasonwire.workers.io.store import StoreLost
 
@@ -37,12 +37,12 @@ def test_backoff_reset_starts_over() -> None:
 
 def test_backoff_rejects_a_nonsense_policy() -> None:
     with pytest.raises(ValueError):
-        Backoff(0.0, 5.0)
+        Backoff(0.0, 5.0, rng=random.Random(0))
     with pytest.raises(ValueError):
-        Backoff(6.0, 5.0)
+        Backoff(6.0, 5.0, rng=random.Random(0))
 
 
-REDIS_DOWN = Failure("redis", "ConnectionError")
+REDIS_DOWN = ServiceFailure("redis", "ConnectionError")
 
 
 def test_degradation_logs_state_changes_not_retries() -> None:
@@ -61,11 +61,11 @@ def test_degradation_logs_state_changes_not_retries() -> None:
 
 def test_degradation_gives_an_unknown_failure_one_traceback() -> None:
     state = Degradation()
-    bug = Failure("worker", "KeyError", known=False)
+    bug = ServiceFailure("worker", "KeyError", known=False)
     first = state.failed(bug, now=0.0, next_retry_s=0.1)
     assert first is not None and first.traceback and first.level == "error"
     assert state.failed(bug, now=1.0, next_retry_s=0.2) is None
-    other = state.failed(Failure("worker", "IndexError", known=False), now=2.0, next_retry_s=0.4)
+    other = state.failed(ServiceFailure("worker", "IndexError", known=False), now=2.0, next_retry_s=0.4)
     assert other is not None and other.traceback
 
 
@@ -82,10 +82,10 @@ def test_classify_names_component_and_type_only() -> None:
     from aiokafka.errors import KafkaConnectionError
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    assert classify(RedisConnectionError("secret-value")) == Failure("redis", "ConnectionError")
-    assert classify(KafkaConnectionError("x")) == Failure("kafka", "KafkaConnectionError")
-    assert classify(StoreLost()) == Failure("store", "StoreLost")
-    assert classify(ConnectionRefusedError()) == Failure("network", "ConnectionRefusedError")
+    assert classify(RedisConnectionError("secret-value")) == ServiceFailure("redis", "ConnectionError")
+    assert classify(KafkaConnectionError("x")) == ServiceFailure("kafka", "KafkaConnectionError")
+    assert classify(StoreLost()) == ServiceFailure("store", "StoreLost")
+    assert classify(ConnectionRefusedError()) == ServiceFailure("network", "ConnectionRefusedError")
     assert classify(KeyError("k")).known is False
     assert "secret" not in classify(RedisConnectionError("secret-value")).cause
 

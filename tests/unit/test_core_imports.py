@@ -68,6 +68,37 @@ def test_importing_the_whole_core_loads_no_reasonwire_module_outside_it_issue27_
     assert loaded == [], f"importing the core loaded {loaded}"
 
 
+BANNED = ("asyncio", "time", "random", "redis", "aiokafka", "faststream", "socket", "secrets", "threading", "subprocess")
+"""I/O, clocks and randomness: the core is fed time (``tick(now)``) and jitter (a seeded source), and
+performs no I/O — so a seed replays it exactly and the simulation runs the code that ships."""
+
+
+def _banned(module: str) -> bool:
+    return module.split(".")[0] in BANNED
+
+
+def test_no_core_module_imports_io_a_clock_or_randomness() -> None:
+    found = [
+        f"workers/core/{path.name}:{line}: {module}"
+        for path in sorted(CORE.glob("*.py"))
+        for line, module in _imported(path)
+        if _banned(module)
+    ]
+    assert not found, "the core imports I/O, a clock or randomness:\n" + "\n".join(found)
+
+
+def test_importing_the_whole_core_loads_no_io_client() -> None:
+    """``time`` and ``random`` are loaded by the standard library itself; the clients are not."""
+    code = (
+        "import importlib, sys\n"
+        f"for name in {_core_modules()!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print('\\n'.join(sorted(m for m in sys.modules if m.split('.')[0] in ('redis', 'aiokafka', 'faststream'))))\n"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert loaded == [], f"importing the core loaded {loaded}"
+
+
 def test_the_checks_see_an_import_inside_a_function(tmp_path: Path) -> None:
     """The source check is not blind to a lazy import (what a regression would most likely be)."""
     probe = tmp_path / "probe.py"
@@ -75,3 +106,5 @@ def test_the_checks_see_an_import_inside_a_function(tmp_path: Path) -> None:
     found = [module for _, module in _imported(probe)]
     assert found == ["reasonwire.workers.translators", "reasonwire.workers.core.events"]
     assert _upward(found[0]) and not _upward(found[1])
+    probe.write_text("def g():\n    import time\n    from random import Random\n")
+    assert [m for _, m in _imported(probe) if _banned(m)] == ["time", "random"]

@@ -4,13 +4,20 @@ drives the same class through thousands of schedules; these pin the individual d
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from tests.conformance.oracle import LOCAL_FIXTURES
-from reasonwire.workers.core.delivery_machine import (
-    Acknowledged, Close, Commit, DeliveryMachine, Failure, Forgot, Probe, ReadJournals, RecoverStore, Retired, Seek, Send, Stepped, Write,
+from reasonwire.workers.core.actions import (
+    Acknowledged, Adopted, BackedOff, Close, Commit, FailureKind, Forgot, Probe, ReadJournals, ReadOpenRuns, RecoverStore, Recovered, Retired, Seek,
+    Send, Stepped, Write,
 )
-from reasonwire.workers.core.normalizer import Normalizer, RawRecord
+from reasonwire.workers.core.backoff import Backoff
+import pytest
+
+from reasonwire.workers.core.delivery_machine import FLIGHT_MOVES, DeliveryMachine, InvariantBroken, Stage, TransitionError, _move
+from reasonwire.workers.core.fence import STALL_S
+from reasonwire.workers.core.normalizer import ENVELOPE_SEQ, HEAD_SEQ, JournalEntry, Normalizer, RawRecord
 from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
 from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.translators import translator_for
@@ -36,14 +43,43 @@ def _of(actions: list[Any], kind: type) -> list[Any]:
 def _machine(**kw: Any) -> DeliveryMachine:
     normalizer = Normalizer(translators=translator_for)
     normalizer.token = "me"
-    return DeliveryMachine(normalizer, **kw)
+    kw.setdefault("timeout_s", 1.0)
+    return DeliveryMachine(normalizer, backoff=Backoff(0.1, 5.0, rng=random.Random(0)), check_invariants=True, **kw)
+
+
+def _silence(machine: DeliveryMachine, seconds: int = 3) -> list[Any]:
+    """Stream time passes: every partition caught up, a fetch response each second, and the
+    machine's clock ticks each second (its first tick starts the healthy time)."""
+    out: list[Any] = []
+    for _ in range(seconds):
+        now = machine.now + 1.0
+        for partition in (0, 1):
+            machine.observe(partition, high=machine.normalizer.stepped_to(partition), fetched_at=now)
+        out += machine.tick(now)
+    return out
+
+
+def _complete(machine: DeliveryMachine, actions: list[Any]) -> list[Any]:
+    """Perform every I/O action successfully until none is left; every answer, in order."""
+    seen: list[Any] = []
+    while io := [a for a in actions if not isinstance(a, (Stepped, Acknowledged, Retired, Forgot, Seek, Adopted, BackedOff, Recovered))]:
+        seen += actions
+        actions = []
+        for action in io:
+            if isinstance(action, ReadJournals):
+                actions += machine.journals_read(action, {run: ([], False) for run in action.runs}, doubtful=False)
+            elif isinstance(action, ReadOpenRuns):
+                actions += machine.open_runs_read(action, {})
+            else:
+                actions += machine.done(action)
+    return seen + actions
 
 
 def _fence_refuses(machine: DeliveryMachine, actions: list[Any]) -> list[Any]:
     """The poll's write refused by the fence (another worker wrote for its run since), its early
     sends acknowledged: what the machine answers."""
     [write] = _of(actions, Write)
-    after = machine.failed(write, Failure.MOVED, [write.steps[0].run])
+    after = machine.failed(write, FailureKind.MOVED, [write.steps[0].run])
     for send in _of(actions, Send):
         after += machine.done(send)
     return after
@@ -51,7 +87,7 @@ def _fence_refuses(machine: DeliveryMachine, actions: list[Any]) -> list[Any]:
 
 def _held(machine: DeliveryMachine, records: list[RawRecord]) -> None:
     """Poll ``records`` and complete every action, so the run is held and confirmed."""
-    pending = machine.poll(records, {})
+    pending = machine.poll(records, {}, now=0.0)
     while True:
         io = [a for a in pending if not isinstance(a, (Stepped, Acknowledged, Retired, Forgot, Seek))]
         if not io:
@@ -72,7 +108,7 @@ def test_held_runs_are_sent_and_written_while_a_new_runs_journal_is_read_and_ste
     machine = _machine()
     held, new = _records("held"), _records("new", partition=1)
     _held(machine, held[:3])
-    actions = machine.poll([new[0], held[3], held[4]], {1: TAKEN_OVER})
+    actions = machine.poll([new[0], held[3], held[4]], {1: TAKEN_OVER}, now=0.0)
     [send] = _of(actions, Send)
     assert {o.key for o in send.outbound} == {b"held"} and not send.terminal
     [read] = _of(actions, ReadJournals)
@@ -96,7 +132,7 @@ def test_a_runs_end_waits_for_its_own_parts_write_not_another_runs_journal_read_
     held, new = _records("held"), _records("new", partition=1)
     end_at = 36  # response.completed (then the ingress's end-of-stream control record)
     _held(machine, held[:end_at])
-    actions = machine.poll([new[0], held[end_at]], {1: TAKEN_OVER})
+    actions = machine.poll([new[0], held[end_at]], {1: TAKEN_OVER}, now=0.0)
     assert _of(actions, ReadJournals) and not _of(actions, Send), "the ending record's outputs are held for a write"
     [write] = _of(actions, Write)
     [end] = _of(machine.done(write), Send)
@@ -109,7 +145,7 @@ def test_a_restored_runs_outputs_wait_for_its_first_accepted_write_issue24() -> 
     its first write (a zombie may still be writing for it): its outputs follow that write."""
     machine = _machine()
     records = _records("r")
-    actions = machine.poll(records[:3], {0: TAKEN_OVER})
+    actions = machine.poll(records[:3], {0: TAKEN_OVER}, now=0.0)
     [read] = _of(actions, ReadJournals)
     after = machine.journals_read(read, {read.runs[0]: ([], False)}, doubtful=False)
     assert not _of(after, Send), "nothing of a restored run goes out before its write"
@@ -118,14 +154,14 @@ def test_a_restored_runs_outputs_wait_for_its_first_accepted_write_issue24() -> 
     assert send.terminal and all(o.key == b"r" for o in send.outbound)
     machine.done(send)
     # confirmed now: its next records' outputs go out while stepping
-    assert _of(machine.poll(records[3:5], {}), Send)[0].terminal is False
+    assert _of(machine.poll(records[3:5], {}, now=0.0), Send)[0].terminal is False
 
 
 def test_terminal_outputs_follow_their_own_write_and_markers_follow_acknowledgement() -> None:
     machine = _machine()
     records = _records("t")
     _held(machine, records[:2])
-    actions = machine.poll(records[2:], {})
+    actions = machine.poll(records[2:], {}, now=0.0)
     early = _of(actions, Send)
     [write] = _of(actions, Write)
     assert all(not any(b"RUN_FINISHED" in o.value for o in s.outbound) for s in early)
@@ -148,9 +184,9 @@ def test_writes_of_disjoint_runs_do_not_wait_for_each_other_but_one_runs_do() ->
     a, b = _records("a"), _records("b", partition=1)
     _held(machine, a[:2])
     _held(machine, b[:2])
-    [w1] = _of(machine.poll(a[2:3], {}), Write)
-    [w2] = _of(machine.poll(b[2:3], {}), Write)  # disjoint: out at once
-    assert not _of(machine.poll(a[3:4], {}), Write), "same run: waits for the earlier write"
+    [w1] = _of(machine.poll(a[2:3], {}, now=0.0), Write)
+    [w2] = _of(machine.poll(b[2:3], {}, now=0.0), Write)  # disjoint: out at once
+    assert not _of(machine.poll(a[3:4], {}, now=0.0), Write), "same run: waits for the earlier write"
     assert _of(machine.done(w1), Write)
     assert w2.flight != w1.flight
 
@@ -160,8 +196,8 @@ def test_commits_go_in_flight_order_one_at_a_time() -> None:
     a, b = _records("a"), _records("b", partition=1)
     _held(machine, a[:2])
     _held(machine, b[:2])
-    first = machine.poll(a[2:3], {})
-    second = machine.poll(b[2:3], {})
+    first = machine.poll(a[2:3], {}, now=0.0)
+    second = machine.poll(b[2:3], {}, now=0.0)
     later = []
     for action in _of(second, Write) + _of(second, Send):
         later += machine.done(action)
@@ -177,17 +213,18 @@ def test_a_failure_rewinds_every_partition_in_flight_once_nothing_is_out() -> No
     machine = _machine()
     records = _records("f")
     _held(machine, records[:2])
-    actions = machine.poll(records[2:4], {})
+    actions = machine.poll(records[2:4], {}, now=0.0)
     [write] = _of(actions, Write)
     [send] = _of(actions, Send)
-    assert machine.failed(write, Failure.OUTAGE) == []  # the send is still out: nothing yet
+    [backed_off] = machine.failed(write, FailureKind.OUTAGE)  # the send is still out: nothing yet but the backoff
+    assert isinstance(backed_off, BackedOff) and machine.retry_at == backed_off.retry_at > machine.now
     after = machine.done(send)
     [retired] = _of(after, Retired)
     [seek] = _of(after, Seek)
     assert not retired.committed and dict(seek.offsets) == {0: 2}
     assert machine.normalizer.open_runs == 0, "the partition's runs are restored from their journals"
     # records fetched before the seek are stale; the redelivery starts at the seek's offset
-    assert machine.poll(records[4:5], {}) == []
+    assert machine.poll(records[4:5], {}, now=0.0) == []
 
 
 def test_after_a_redis_failure_a_poll_is_stepped_only_once_a_probe_goes_through_issue24() -> None:
@@ -195,17 +232,17 @@ def test_after_a_redis_failure_a_poll_is_stepped_only_once_a_probe_goes_through_
     machine = _machine()
     records = _records("p")
     _held(machine, records[:2])
-    actions = machine.poll(records[2:3], {})
-    machine.failed(_of(actions, Write)[0], Failure.OUTAGE)
+    actions = machine.poll(records[2:3], {}, now=0.0)
+    machine.failed(_of(actions, Write)[0], FailureKind.OUTAGE)
     assert not machine.accepting
     for send in _of(actions, Send):
         machine.done(send)
     assert machine.accepting
-    [probe] = machine.poll(records[2:4], {})
+    [probe] = machine.poll(records[2:4], {}, now=0.0)
     assert isinstance(probe, Probe) and machine.normalizer.open_runs == 0
-    refused = machine.failed(probe, Failure.OUTAGE)
+    refused = machine.failed(probe, FailureKind.OUTAGE)
     assert _of(refused, Seek) and not _of(refused, Send)
-    [probe] = machine.poll(records[2:4], {})
+    [probe] = machine.poll(records[2:4], {}, now=0.0)
     assert _of(machine.done(probe), ReadJournals)  # stepped now (the run is restored first)
 
 
@@ -213,7 +250,7 @@ def test_the_fence_refusing_a_write_drops_those_runs_and_redoes_the_poll_issue24
     machine = _machine()
     records = _records("m")
     _held(machine, records[:2])
-    actions = machine.poll(records[2:3], {})
+    actions = machine.poll(records[2:3], {}, now=0.0)
     after = _fence_refuses(machine, actions)
     assert _of(after, Seek) and any(isinstance(a, Forgot) and a.why == "moved" for a in after)
     assert not _of(after, Send), "nothing of a moved run is sent after the refusal"
@@ -224,8 +261,8 @@ def test_a_store_loss_recovers_the_store_and_drops_every_run_before_anything_els
     a, b = _records("a"), _records("b", partition=1)
     _held(machine, a[:2])
     _held(machine, b[:2])
-    actions = machine.poll(a[2:3], {})
-    machine.failed(_of(actions, Write)[0], Failure.STORE_LOST)
+    actions = machine.poll(a[2:3], {}, now=0.0)
+    machine.failed(_of(actions, Write)[0], FailureKind.STORE_LOST)
     [recover] = machine.done(_of(actions, Send)[0])
     assert isinstance(recover, RecoverStore) and not machine.accepting
     after = machine.done(recover)
@@ -240,21 +277,26 @@ def test_an_expiry_asks_for_membership_first_and_is_sent_again_when_its_flight_f
     machine = _machine()
     records = _records("idle")
     _held(machine, records[:2])
-    [member] = machine.tick(now=1e9, timeout_s=1.0)
-    assert isinstance(member, Commit) and member.membership and dict(member.offsets) == {0: 2}
+    [member] = _of(_silence(machine), Commit)
+    assert member.membership and dict(member.offsets) == {0: 2}
     actions = machine.done(member)
     [stepped] = _of(actions, Stepped)
     [write] = _of(actions, Write)
     assert not _of(actions, Send), "an expiry's RUN_ERROR follows its write"
     [step] = write.steps
     assert step.run_ended and any(b"inactivity_timeout" in o.value for o in step.outbound)
-    machine.failed(write, Failure.OUTAGE)
-    [again] = machine.tick(now=1e9, timeout_s=1.0)
+    assert _of(machine.failed(write, FailureKind.OUTAGE), BackedOff)
+    idle = _silence(machine)
+    assert not _of(idle, Commit), "no expiry until work went through again"
+    [probe] = _of(idle, Probe)  # idle: the store is asked (the write was the store's)
+    assert _of(machine.done(probe), Recovered)
+    [again] = _of(_silence(machine), Commit)
     [write_again] = _of(machine.done(again), Write)
     assert list(write_again.steps) == [step]
-    machine.failed(write_again, Failure.OUTAGE)
+    machine.failed(write_again, FailureKind.OUTAGE)
     machine.revoke([0])
-    assert machine.tick(now=1e9, timeout_s=1.0) == []
+    machine.done(_of(_silence(machine), Probe)[0])
+    assert not _of(_silence(machine), Commit), "the revocation dropped the unsent expiry"
 
 
 def test_no_expiry_is_decided_on_a_partition_this_worker_has_not_committed_issue27() -> None:
@@ -264,20 +306,19 @@ def test_no_expiry_is_decided_on_a_partition_this_worker_has_not_committed_issue
     expired runs unasked; found by the live-traffic simulation, seed 88)."""
     machine = _machine()
     records = _records("idle")
-    actions = machine.poll(records[:2], {0: 0})
-    assert machine.tick(now=1e9, timeout_s=1.0) == []
+    actions = machine.poll(records[:2], {0: 0}, now=0.0)
+    assert not _of(_silence(machine), Commit)
     assert machine.normalizer.open_runs == 1, "the run is still open: nothing was decided"
-    while io := [a for a in actions if isinstance(a, (Write, Send, Close, Commit))]:
-        actions = [x for a in io for x in machine.done(a)]
-    [member] = machine.tick(now=1e9, timeout_s=1.0)
-    assert isinstance(member, Commit) and member.membership and dict(member.offsets) == {0: 2}
+    _complete(machine, actions)
+    [member] = _of(_silence(machine), Commit)
+    assert member.membership and dict(member.offsets) == {0: 2}
 
 
 def test_a_refused_membership_holds_the_expiry_back() -> None:
     machine = _machine()
     _held(machine, _records("idle")[:2])
-    [member] = machine.tick(now=1e9, timeout_s=1.0)
-    after = machine.failed(member, Failure.OUTAGE)
+    [member] = _of(_silence(machine), Commit)
+    after = machine.failed(member, FailureKind.OUTAGE)
     assert not _of(after, Write) and not machine.failing
 
 
@@ -285,7 +326,7 @@ def test_revocation_and_stall_wait_for_what_is_in_flight() -> None:
     machine = _machine()
     records = _records("s")
     _held(machine, records[:2])
-    actions = machine.poll(records[2:3], {})
+    actions = machine.poll(records[2:3], {}, now=0.0)
     assert machine.revoke([0]) == [] and machine.revoking
     pending = _of(actions, Write) + _of(actions, Send)
     out: list[Any] = []
@@ -304,9 +345,9 @@ def test_a_record_of_an_idle_run_drops_its_unsent_expiry() -> None:
     machine = _machine()
     records = _records("idle")
     _held(machine, records[:2])
-    [member] = machine.tick(now=1e9, timeout_s=1.0)
-    machine.failed(_of(machine.done(member), Write)[0], Failure.OUTAGE)
-    [probe] = machine.poll(records[2:3], {})  # after a Redis failure: a probe first
+    [member] = _of(_silence(machine), Commit)
+    machine.failed(_of(machine.done(member), Write)[0], FailureKind.OUTAGE)
+    [probe] = machine.poll(records[2:3], {}, now=0.0)  # after a Redis failure: a probe first
     assert machine.done(probe)
     assert machine._unsent_expiries == {}, "the expiry is not sent again"
 
@@ -319,7 +360,7 @@ def test_a_new_run_past_the_published_log_is_stepped_without_a_journal_read_and_
     machine = _machine()
     held, new = _records("held"), _records("new", partition=1)
     _held(machine, held[:3])
-    actions = machine.poll([new[0], new[1], held[3]], {1: 0})
+    actions = machine.poll([new[0], new[1], held[3]], {1: 0}, now=0.0)
     assert not _of(actions, ReadJournals)
     assert machine.accepting, "stepped whole: the next poll may come"
     [early] = _of(actions, Send)
@@ -335,10 +376,10 @@ def test_a_seq_zero_record_within_the_published_log_or_a_control_record_is_read_
     record may not be its first visit: its journal is read."""
     machine = _machine()
     records = _records("old")
-    assert _of(machine.poll(records[:2], {0: 1}), ReadJournals), "offset 0 lies before the log end at first fetch"
+    assert _of(machine.poll(records[:2], {0: 1}, now=0.0), ReadJournals), "offset 0 lies before the log end at first fetch"
     [end] = [RawRecord(r.key, r.value, tuple(r.headers), 0, 0) for r in raw_records(RunEnvelope("openai-responses", "ctl", "t"), [])]
     assert dict(end.headers)["rw-seq"] == b"0" and dict(end.headers)["rw-control"] == b"end"
-    [read] = _of(_machine().poll([end], {0: 0}), ReadJournals)
+    [read] = _of(_machine().poll([end], {0: 0}, now=0.0), ReadJournals)
     assert [r.run_id for r in read.runs] == ["ctl"], "a control record names a run that must exist: read it"
 
 
@@ -347,15 +388,15 @@ def test_a_run_presumed_new_that_the_fence_refuses_is_read_when_redone_issue24()
     ended): the poll is redone, and this time the run's journal is read — never presumed again."""
     machine = _machine()
     records = _records("z")
-    actions = machine.poll(records[:3], {0: 0})
+    actions = machine.poll(records[:3], {0: 0}, now=0.0)
     assert not _of(actions, ReadJournals)
     [write] = _of(actions, Write)
-    after = machine.failed(write, Failure.MOVED, [write.steps[0].run])
+    after = machine.failed(write, FailureKind.MOVED, [write.steps[0].run])
     [seek] = _of(after, Seek)
     assert seek.offsets == {0: 0}
     assert any(isinstance(a, Forgot) and a.why == "moved" for a in after)
     assert not _of(after, Send), "nothing of the refused run went out"
-    [read] = _of(machine.poll(records[:3], {}), ReadJournals)
+    [read] = _of(machine.poll(records[:3], {}, now=0.0), ReadJournals)
     assert [r.run_id for r in read.runs] == ["z"]
 
 
@@ -367,13 +408,13 @@ def test_a_partition_assigned_again_is_not_held_to_a_rewind_its_seek_could_not_p
     machine = _machine()
     records = _records("w")
     _held(machine, records[:5])
-    actions = machine.poll(records[5:8], {})
+    actions = machine.poll(records[5:8], {}, now=0.0)
     after = _fence_refuses(machine, actions)
     [seek] = _of(after, Seek)
     assert seek.offsets == {0: 5}
     committed_elsewhere = records[9:11]
     assert list(machine.fresh(committed_elsewhere)) == [], "before: stale until offset 5 comes again"
-    machine.assigned([0])
+    machine.assigned({0: None})
     assert list(machine.fresh(committed_elsewhere)) == committed_elsewhere
 
 
@@ -382,12 +423,12 @@ def test_a_poll_reads_only_the_journals_of_runs_it_does_not_hold() -> None:
     and not at all while the worker holds it."""
     machine = _machine()
     records = _records("j")
-    [read] = _of(machine.poll(records[:4], {0: TAKEN_OVER}), ReadJournals)
+    [read] = _of(machine.poll(records[:4], {0: TAKEN_OVER}, now=0.0), ReadJournals)
     assert [r.run_id for r in read.runs] == ["j"]
     actions = machine.journals_read(read, {read.runs[0]: ([], False)}, doubtful=False)
     while io := [a for a in actions if isinstance(a, (Write, Send, Close, Commit))]:
         actions = [x for a in io for x in machine.done(a)]
-    assert not _of(machine.poll(records[4:9], {}), ReadJournals)
+    assert not _of(machine.poll(records[4:9], {}, now=0.0), ReadJournals)
 
 
 def test_an_idle_worker_probes_the_store_after_a_failure_no_record_will_redo() -> None:
@@ -395,14 +436,150 @@ def test_an_idle_worker_probes_the_store_after_a_failure_no_record_will_redo() -
     (once at a time); when it goes through, the store is taken to write again."""
     machine = _machine()
     _held(machine, _records("idle")[:2])
-    [member] = machine.tick(now=1e9, timeout_s=1.0)
+    [member] = _of(_silence(machine), Commit)
     [write] = _of(machine.done(member), Write)
-    machine.failed(write, Failure.OUTAGE)
-    assert machine.settled and machine.probing_store
-    [probe] = machine.probe_when_idle()
-    assert isinstance(probe, Probe) and probe.flight == 0 and machine.probe_when_idle() == []
-    assert machine.failed(probe, Failure.OUTAGE) == [] and not machine.failing
-    [probe] = machine.probe_when_idle()
-    machine.done(probe)
-    assert not machine.probing_store and machine.probe_when_idle() == []
-    assert _of(machine.tick(now=1e9, timeout_s=1.0), Commit), "the held-back expiry goes out again"
+    [backed_off] = _of(machine.failed(write, FailureKind.OUTAGE), BackedOff)
+    assert machine.settled and machine.probing_store and machine.degraded
+    assert not _of(machine.tick(backed_off.retry_at - 0.01), Probe), "not before the backoff"
+    [probe] = _of(machine.tick(backed_off.retry_at), Probe)
+    assert probe.flight == 0 and not _of(_silence(machine), Probe), "one probe at a time"
+    [again] = _of(machine.failed(probe, FailureKind.OUTAGE), BackedOff)
+    assert not machine.failing and again.delay_s > 0
+    [probe] = _of(machine.tick(again.retry_at), Probe)
+    assert _of(machine.done(probe), Recovered) and not machine.degraded
+    later = _silence(machine)
+    assert not machine.probing_store and not _of(later, Probe)
+    assert _of(later, Commit), "the held-back expiry goes out again"
+
+
+# -- named states, the machine's clock, runs that no record brings back ----------------------------
+
+
+def test_a_flight_moves_only_along_its_table_and_a_wrong_report_names_itself() -> None:
+    """h11's habit: a move the table does not list is an error at once, naming the stage."""
+    machine = _machine()
+    records = _records("t")
+    _held(machine, records[:2])
+    actions = machine.poll(records[2:4], {}, now=0.0)
+    [flight] = list(machine._flights)
+    assert flight.stage is Stage.WRITING and Stage.COMMITTING not in FLIGHT_MOVES[flight.stage]
+    with pytest.raises(TransitionError, match="writing → committing"):
+        _move(flight, Stage.COMMITTING)
+    with pytest.raises(TransitionError, match="Stepped"):
+        machine.done(_of(actions, Stepped)[0])
+
+
+def test_the_invariants_name_a_broken_rule() -> None:
+    machine = _machine()
+    _held(machine, _records("i")[:2])
+    machine.invariants()
+    machine._to_scan.add(7)
+    with pytest.raises(InvariantBroken, match="not owned"):
+        machine.invariants()
+
+
+def test_a_gap_between_ticks_is_a_stall_the_held_runs_go_and_the_owned_partitions_are_scanned_again() -> None:
+    """The machine's clock decides a stall (no reading of a clock anywhere in the core), and a
+    stall no longer forgets runs for good: the owned partitions' open runs are read again."""
+    machine = _machine()
+    [scan] = _of(machine.assigned({0: None}), ReadOpenRuns)
+    machine.open_runs_read(scan, {0: []})
+    _held(machine, _records("s")[:3])
+    assert not _of(machine.tick(10.0) + machine.tick(10.0 + STALL_S / 2), Forgot)
+    after = machine.tick(10.0 + STALL_S / 2 + STALL_S)
+    [forgot] = _of(after, Forgot)
+    assert forgot.why == "stall" and forgot.runs == 1
+    [again] = _of(after, ReadOpenRuns)
+    assert again.partitions == (0,)
+
+
+def _written_elsewhere(records: list[RawRecord], upto: int) -> tuple[list[JournalEntry], Any, int]:
+    """A run whose first ``upto`` records another worker stepped, wrote and published before its
+    producer vanished: (the journal as the store holds it, the run, events it published)."""
+    other = _machine()
+    seen = _complete(other, other.poll(records[:upto], {0: 0}, now=0.0))
+    writes = _of(seen, Write)
+    journal = [s.journal_append for w in writes for s in w.steps if s.journal_append is not None]
+    [(run, (partition, envelope))] = [item for w in writes for item in (w.opened or {}).items()]
+    assert partition == 0
+    head = [s.fence for w in writes for s in w.steps if s.fence is not None][-1][1]
+    published = sum(1 for send in _of(seen, Send) for o in send.outbound if o.topic == "reasoning.events.v1")
+    return [*journal, JournalEntry(ENVELOPE_SEQ, envelope), JournalEntry(HEAD_SEQ, head.encode())], run, published
+
+
+def test_a_run_whose_producer_vanished_is_adopted_on_assignment_and_ended_by_stream_time() -> None:
+    """Every run this worker owns ends: a run met only in the store's index of open runs (its
+    producer vanished, its previous owner gone) is restored from its journal and expired —
+    numbered right after what was published — after a membership question with the group's
+    committed offset."""
+    records = _records("gone")
+    journal, run, published = _written_elsewhere(records, 5)
+    machine = _machine()
+    joined = machine.assigned({0: 5})
+    [scan] = _of(joined, ReadOpenRuns)
+    [join] = _of(joined, Commit)
+    assert not join.membership and dict(join.offsets) == {0: 5}, "a commit of this worker's while a member: what the expiry asks with"
+    machine.done(join)
+    [read] = _of(machine.open_runs_read(scan, {0: [run]}), ReadJournals)
+    assert read.flight == 0 and read.runs == (run,)
+    [adopted] = _of(machine.journals_read(read, {run: (journal, False)}, doubtful=False), Adopted)
+    assert adopted.runs == 1 and machine.normalizer.open_runs == 1
+    [member] = _of(_silence(machine), Commit)
+    assert member.membership and dict(member.offsets) == {0: 5}
+    [write] = _of(machine.done(member), Write)
+    assert write.steps[0].fence is not None and write.steps[0].fence[0] == journal[-1].value.decode(), "the write expects the journal's head"
+    [end] = _of(machine.done(write), Send)
+    events = [o for o in end.outbound if o.topic == "reasoning.events.v1"]
+    assert [int(o.header("rw-event-seq") or -1) for o in events] == list(range(published, published + len(events)))
+    assert b"RUN_ERROR" in events[-1].value and b"inactivity_timeout" in events[-1].value
+
+
+def test_a_record_of_an_adopted_run_restores_it_from_its_journal_as_any_record_does() -> None:
+    """An adopted copy does not know which of its records come again (a rewind, a takeover):
+    the first record of it drops the copy and reads the journal, never presumes the run new."""
+    records = _records("back")
+    journal, run, _ = _written_elsewhere(records, 5)
+    machine = _machine()
+    [scan] = _of(machine.assigned({0: 5}), ReadOpenRuns)
+    [read] = _of(machine.open_runs_read(scan, {0: [run]}), ReadJournals)
+    machine.journals_read(read, {run: (journal, False)}, doubtful=False)
+    [again] = _of(machine.poll(records[5:7], {0: 5}, now=0.0), ReadJournals)
+    assert again.flight != 0 and again.runs == (run,)
+    after = machine.journals_read(again, {run: (journal, False)}, doubtful=False)
+    assert not _of(after, Send), "restored: its outputs wait for its first accepted write"
+    [write] = _of(after, Write)
+    assert [s.journal_append.seq for s in write.steps if s.journal_append is not None] == [5, 6]
+
+
+def test_no_expiry_until_a_whole_timeout_of_service_after_a_failure() -> None:
+    """Silence while Redis (or the broker) was away is no evidence that the ingress vanished: a
+    held run is expired only once the worker has served without a break for the whole timeout
+    (the machine's gate now; the adapter only feeds the clock)."""
+    machine = _machine(timeout_s=3.0)
+    idle, busy = _records("idle", partition=1), _records("busy")
+    _held(machine, idle[:2])
+    _held(machine, busy[:2])
+    actions = machine.poll(busy[2:3], {}, now=machine.now)
+    assert _of(machine.failed(_of(actions, Write)[0], FailureKind.OUTAGE), BackedOff)
+    _complete(machine, _of(actions, Send))
+    out = _silence(machine, 5)
+    assert not _of(out, Commit), "no success yet: no expiry"
+    [probe] = _of(out, Probe)
+    assert _of(machine.done(probe), Recovered)
+    assert not _of(_silence(machine, 2), Commit), "back for less than a timeout"
+    [member] = _of(_silence(machine, 2), Commit)
+    assert dict(member.offsets) == {1: 2}
+
+
+def test_consecutive_failures_back_off_exponentially_up_to_the_cap_and_a_success_resets() -> None:
+    machine = _machine()
+    _held(machine, _records("idle")[:2])
+    [member] = _of(_silence(machine), Commit)
+    [write] = _of(machine.done(member), Write)
+    delays = [_of(machine.failed(write, FailureKind.OUTAGE), BackedOff)[0].delay_s]
+    for _ in range(8):
+        [probe] = _of(machine.tick(machine.retry_at), Probe)
+        delays.append(_of(machine.failed(probe, FailureKind.OUTAGE), BackedOff)[0].delay_s)
+    assert delays[0] <= 0.1 < delays[4] and max(delays) <= 5.0 and delays[-1] >= 2.5
+    [probe] = _of(machine.tick(machine.retry_at), Probe)
+    assert _of(machine.done(probe), Recovered) and machine.backoff.attempts == 0

@@ -41,7 +41,7 @@ def _accept_all(n: Normalizer, records: list[RawRecord], journal: list[JournalEn
         assert isinstance(item, RunInput)
         if journal is not None and n.needs_restore(item):
             n.restore(item, journal, ended=False)
-        steps.append(n.accept(item))
+        steps.append(n.accept(item, now=0.0))
     return steps
 
 
@@ -182,10 +182,10 @@ def test_a_run_restored_in_a_loss_window_is_refused_on_a_gap_not_renumbered_issu
     item = n.route(records[0])
     assert isinstance(item, RunInput)
     n.restore(item, journal, ended=False, doubtful=True)  # a copy of rw-seq 0 after the store lost the rest
-    assert n.accept(item).dead_letter is None  # redone as it was first done (identical outputs)
+    assert n.accept(item, now=0.0).dead_letter is None  # redone as it was first done (identical outputs)
     later = n.route(records[4])
     assert isinstance(later, RunInput)
-    step = n.accept(later)
+    step = n.accept(later, now=0.0)
     assert step.dead_letter == "store_lost" and not step.run_ended and n.open_runs == 0
 
 
@@ -198,14 +198,14 @@ def test_an_identical_copy_after_the_end_is_a_duplicate_and_the_marker_says_so_i
     steps = _accept_all(n, records)
     end = next(s for s in steps if s.run_ended)
     copy = records[-3]._replace(offset=999)  # the producer's retry, after the run's end
-    assert n.accept(n.route(copy)).skipped  # type: ignore[arg-type]
+    assert n.accept(n.route(copy), now=0.0).skipped  # type: ignore[arg-type]
     other = Normalizer(translators=translator_for)  # a worker that knows the end only from the store's marker
     item = other.route(copy)
     assert isinstance(item, RunInput)
     other.restore(item, [], ended=end.ended_marker)
-    assert other.accept(item).skipped
+    assert other.accept(item, now=0.0).skipped
     changed = copy._replace(value=(copy.value or b"") + b" ")
-    assert other.accept(other.route(changed)).dead_letter == "run_ended"  # type: ignore[arg-type]  # not a copy: bytes kept
+    assert other.accept(other.route(changed), now=0.0).dead_letter == "run_ended"  # type: ignore[arg-type]  # not a copy: bytes kept
     assert Ended.parse(b"3:17") == Ended(3, 17)
 
 
@@ -219,14 +219,15 @@ async def test_a_stalled_worker_drops_every_run_before_it_steps_again_issue24_it
     worker = _worker()
     _accept_all(worker.normalizer, _records()[:3])
     assert worker.normalizer.open_runs == 1
-    worker._beat = time.monotonic() - 10  # the loop stood still (SIGSTOP, a VM pause)
-    worker._after_stall()
+    worker.tick()
+    worker.machine._last_tick = time.monotonic() - 10  # the loop stood still since the last tick (SIGSTOP, a VM pause)
+    worker.tick()
     assert worker.normalizer.open_runs == 0 and stalled(3.0) and not stalled(0.5)
 
 
 @pytest.mark.parametrize("policy", ["volatile-lru", "allkeys-lru", "volatile-ttl"])
 async def test_an_evicting_store_is_refused_unless_said_dedicated_issue24_item5(policy: str) -> None:
-    from reasonwire.workers.services.normalizer import refuse_evicting_store
+    from reasonwire.workers.services.startup import refuse_evicting_store
 
     class _Redis:
         async def config_get(self, pattern: str) -> dict[str, str]:

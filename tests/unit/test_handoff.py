@@ -87,7 +87,7 @@ class _Store:
     def loss_window(self) -> bool:
         return False
 
-    async def apply(self, steps: Any) -> int:
+    async def apply(self, steps: Any, opened: Any = None) -> int:
         return 0
 
     async def close_runs(self, steps: Any) -> None:
@@ -100,6 +100,9 @@ class _Consumer:
 
     def highwater(self, tp: Any) -> None:
         return None
+
+    def assignment(self) -> set[Any]:
+        return set()
 
     async def commit(self, offsets: Any) -> None:
         self.commits.append(offsets)

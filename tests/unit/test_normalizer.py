@@ -27,7 +27,7 @@ def _run_all(n: Normalizer, records: list[RawRecord]) -> list[Step]:
     for record in records:
         routed = n.route(record)
         assert isinstance(routed, RunInput), routed
-        steps.append(n.accept(routed))
+        steps.append(n.accept(routed, now=0.0))
     return steps
 
 
@@ -111,10 +111,10 @@ def test_duplicates_are_skipped_and_ended_runs_stay_ended() -> None:
     n = Normalizer(translators=translator_for)
     records = _records()
     _run_all(n, records[:3])
-    again = n.accept(n.route(records[1]))  # type: ignore[arg-type]
+    again = n.accept(n.route(records[1]), now=0.0)  # type: ignore[arg-type]
     assert again.skipped and not again.outbound
     _run_all(n, records[3:])
-    late = n.accept(n.route(records[5]))  # type: ignore[arg-type]
+    late = n.accept(n.route(records[5]), now=0.0)  # type: ignore[arg-type]
     assert (late.skipped or "").startswith("run already ended")  # a redelivery: counted, not dead-lettered
 
 
@@ -128,7 +128,7 @@ def test_a_new_owner_resumes_from_the_journal_with_the_same_event_numbers() -> N
     item = second.route(records[7])
     assert isinstance(item, RunInput) and second.needs_restore(item)
     second.restore(item, journal, ended=False)
-    rest = [second.accept(item)] + _run_all(second, records[8:])
+    rest = [second.accept(item, now=0.0)] + _run_all(second, records[8:])
     assert _events(first_steps) + _events(rest) == whole
 
 
@@ -141,7 +141,7 @@ def test_redelivered_record_after_a_crash_is_reprocessed_from_the_journal() -> N
     second = Normalizer(translators=translator_for)
     item = second.route(records[4])
     second.restore(item, journal, ended=False)  # type: ignore[arg-type]
-    replayed = [second.accept(item)] + _run_all(second, records[5:])  # type: ignore[arg-type]
+    replayed = [second.accept(item, now=0.0)] + _run_all(second, records[5:])  # type: ignore[arg-type]
     assert _events(replayed) == whole[len(_events(first_steps[:4])):]
 
 

@@ -143,9 +143,9 @@ def test_the_ended_marker_keeps_where_the_run_ended_issue13() -> None:
     item = n.route(records[2])
     assert isinstance(item, RunInput)
     n.restore(item, [], ended=b"0:30")
-    assert n.accept(item).skipped  # offset 2 ≤ 30: a redelivery
+    assert n.accept(item, now=0.0).skipped  # offset 2 ≤ 30: a redelivery
     late = n.route(RawRecord(records[2].key, records[2].value, records[2].headers, 0, 31))
-    assert isinstance(late, RunInput) and _dead([n.accept(late)]) == [("run_ended", records[2].value)]
+    assert isinstance(late, RunInput) and _dead([n.accept(late, now=0.0)]) == [("run_ended", records[2].value)]
 
 
 def test_an_exception_in_the_translator_fails_its_run_only_issue18() -> None:

@@ -101,7 +101,7 @@ def test_normalizer_publishes_full_and_public_streams_with_their_own_numbering()
         for r in raw_records(run, read_events(f)):
             item = n.route(RawRecord(r.key, r.value, tuple(r.headers)))
             assert isinstance(item, RunInput)
-            outbound += n.accept(item).outbound
+            outbound += n.accept(item, now=0.0).outbound
     full = [o for o in outbound if o.topic == topics.EVENTS]
     public = [o for o in outbound if o.topic == topics.EVENTS_PUBLIC]
     assert [int(o.header("rw-event-seq") or -1) for o in public] == list(range(len(public)))
@@ -116,7 +116,7 @@ def test_tenant_that_keeps_no_opaque_state_stores_nothing() -> None:
     n = Normalizer(book, translators=translator_for)
     run = RunEnvelope(path.parent.name, "run-n", "thread-n", tenant="nostore")
     with path.open() as f:
-        steps = [n.accept(n.route(RawRecord(r.key, r.value, tuple(r.headers)))) for r in raw_records(run, read_events(f))]  # type: ignore[arg-type]
+        steps = [n.accept(n.route(RawRecord(r.key, r.value, tuple(r.headers))), now=0.0) for r in raw_records(run, read_events(f))]  # type: ignore[arg-type]
     assert not any(s.artefacts for s in steps)
 
 

@@ -428,7 +428,7 @@ def _records(path: str = "b_reasoning_then_tool_call.jsonl", run: RunEnvelope = 
 
 
 def _steps(normalizer: Normalizer, records: list[RawRecord]) -> list[Step]:
-    return [normalizer.accept(normalizer.route(r)) for r in records]  # type: ignore[arg-type]
+    return [normalizer.accept(normalizer.route(r), now=0.0) for r in records]  # type: ignore[arg-type]
 
 
 def test_a_run_span_carries_genai_usage_and_latency_and_links_to_the_producer_P6(telemetry: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from reasonwire.workers.services.normalizer import GC_GEN0_THRESHOLD, tune_gc
+from reasonwire.workers.ops.gc_pause import GC_GEN0_THRESHOLD, tune_gc
 
 
 def test_after_start_up_everything_alive_is_frozen_and_young_collections_wait_for_20000_allocations() -> None:
@@ -30,7 +30,7 @@ def test_a_polls_message_goes_with_the_poll_not_with_the_next_full_collection() 
     from aiokafka.structs import ConsumerRecord
     from faststream.kafka.message import KafkaAckableMessage
 
-    from reasonwire.workers.services.normalizer import Polled, _polled
+    from reasonwire.workers.services.normalizer_app import Polled, _polled
 
     record = ConsumerRecord("reasoning.raw.v1", 0, 7, 0, 0, b"k", b"v", None, 1, 1, [])
     consumer = object()

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from reasonwire.workers.services.normalizer import create_app, metadata_max_age_ms
+from reasonwire.workers.ops.intervals import metadata_max_age_ms
+from reasonwire.workers.services.normalizer_app import create_app
 from reasonwire.workers.ops.settings import WorkerSettings
 
 

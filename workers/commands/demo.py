@@ -34,12 +34,13 @@ from reasonwire.contracts.artefacts import ArtefactRecord
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
 from reasonwire.workers.io.kafka_security import client_kwargs
-from reasonwire.workers.services.normalizer import ensure_topics
+from reasonwire.workers.services.startup import ensure_topics
 from reasonwire.workers.io.redis_connect import connect
 from reasonwire.workers.ops.settings import DemoSettings
 from reasonwire.workers.io.sse import read_events
 from reasonwire.workers.io.store import ArtefactStore
 from reasonwire.workers.translators import implemented
+from reasonwire.workers.io.producer_config import DURABLE
 
 SAMPLES = Path(__file__).with_name("samples")
 """The package's sample streams (package data: present in a checkout and in an installed wheel)."""
@@ -103,7 +104,7 @@ async def _publish_and_show(settings: DemoSettings, samples: list[Path], event_p
     await consumer.seek_to_end(*partitions)
     for tp in partitions:  # resolve the end offsets now, before anything is published
         await consumer.position(tp)
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", enable_idempotence=True, **client_kwargs())
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, **DURABLE, **client_kwargs())
     await producer.start()
     try:
         for path, run in zip(samples, runs.values(), strict=True):

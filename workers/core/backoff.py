@@ -15,17 +15,25 @@ Two small pure objects, fed by the adapter (``workers/services/normalizer.py``) 
   (content-free: an exception's *kind*, never its text — a Redis or broker
   error may quote a value) and never logs itself.
 
-Clocks are passed in (``now``, monotonic seconds) so tests need no sleeping.
+Clocks are passed in (``now``, monotonic seconds) and so is the jitter's source (:class:`Jitter`,
+e.g. a seeded ``random.Random``): tests and the simulation need no sleeping, and a seed replays.
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
+from typing import Protocol
 
 DEFAULT_INITIAL_S = 0.1
 DEFAULT_CAP_S = 5.0
 DEFAULT_SUMMARY_EVERY_S = 30.0
+
+
+class Jitter(Protocol):
+    """Where the random half of each step comes from (``random.Random`` is one): passed in, so
+    the core draws no randomness of its own."""
+
+    def uniform(self, a: float, b: float) -> float: ...
 
 
 @dataclass
@@ -34,7 +42,7 @@ class Backoff:
 
     initial_s: float = DEFAULT_INITIAL_S
     cap_s: float = DEFAULT_CAP_S
-    rng: random.Random = field(default_factory=random.Random)
+    rng: Jitter = field(kw_only=True)
     attempts: int = 0
     """Consecutive failures so far (the exponent of the next step)."""
 
@@ -57,8 +65,8 @@ class Backoff:
 
 
 @dataclass(frozen=True)
-class Failure:
-    """A failure as the state machine sees it: which component and what kind, no text."""
+class ServiceFailure:
+    """A failure as the health state machine sees it: which component and what kind, no text."""
 
     component: str
     """``redis``, ``kafka``, ``store`` (the store lost data) or ``worker`` (anything else)."""
@@ -106,7 +114,7 @@ class Degradation:
         """The most frequent cause of the current degradation."""
         return max(self.causes, key=self.causes.__getitem__) if self.causes else None
 
-    def failed(self, failure: Failure, now: float, next_retry_s: float) -> Report | None:
+    def failed(self, failure: ServiceFailure, now: float, next_retry_s: float) -> Report | None:
         """A poll (or tick) failed; a report on the state change, or the summary when due."""
         self.failures += 1
         self.causes[failure.cause] = self.causes.get(failure.cause, 0) + 1

@@ -40,12 +40,13 @@ rewinds and gaps.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections import OrderedDict
 from functools import partial
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, cast
+
+import orjson
 
 from reasonwire.contracts import topics
 from reasonwire.contracts.artefacts import AGUI_VERSIONS, ArtefactRecord
@@ -83,6 +84,9 @@ EXPIRED_SEQ = -1
 """The journal field under which an inactivity timeout is recorded (its value: the timeout, in seconds)."""
 HEAD_SEQ = -3
 """The journal field holding the run's head (``workers/core/fence.py``): who wrote for it last."""
+ENVELOPE_SEQ = -4
+"""The journal field holding the run's envelope (:meth:`Normalizer.envelope_of`): what a worker that
+meets the run in the store's index of open runs, with no record of it, rebuilds its translator from."""
 GAP_SEQ = -2
 """The journal field under which a ``sequence_gap`` end is recorded (``partition:offset:reason`` of
 the record that showed the gap): judged against the journal as it was, so every later owner must
@@ -396,6 +400,20 @@ class Normalizer:
         owner may have published outputs of any record before it (it died before committing)."""
         self._replay[partition] = max(self._replay.get(partition, -1), end_offset - 1)
 
+    def assigned_at(self, partition: int, committed: int) -> None:
+        """The partition was assigned with the group's committed offset: every record below it was
+        processed (by whoever owned it), so it is the stepped position until a record comes."""
+        if partition not in self._stepped:
+            self._stepped[partition] = committed - 1
+
+    def rewound(self, offsets: Mapping[int, int]) -> None:
+        """These partitions were rewound to these offsets: their records from there come again, so
+        until they are stepped again the partitions are replaying (no timeout judged there — a
+        run adopted meanwhile would otherwise be expired over outputs already sent for them)."""
+        for partition, offset in offsets.items():
+            if self._stepped.get(partition, -1) >= offset:
+                self._stepped[partition] = offset - 1
+
     def knows(self, partition: int) -> bool:
         return partition in self._replay
 
@@ -456,6 +474,7 @@ class Normalizer:
             self._doubtful.add(item.run)
         expired = entries.pop(EXPIRED_SEQ, None)
         gap = entries.pop(GAP_SEQ, None)
+        entries.pop(ENVELOPE_SEQ, None)
         if 0 not in entries:
             return
         state = self._new_state(item)
@@ -487,11 +506,11 @@ class Normalizer:
 
     # -- processing -----------------------------------------------------------------
 
-    def accept(self, item: RunInput, *, now: float | None = None) -> Step:
+    def accept(self, item: RunInput, now: float) -> Step:
         """Judge and translate one raw record of a run; the adapter stores, publishes, then commits.
 
-        ``now``: one clock for every partition (tests, the simulation); by default silence is
-        measured on the record's partition's stream time (:attr:`clock`)."""
+        ``now``: when the record's poll came (monotonic seconds; the translators' timings in the
+        usage record). Silence is measured apart from it, on the partition's stream time (:attr:`clock`)."""
         step = self._accept(item, now)
         self._fence(item.run, step)
         if item.run not in self._runs:  # ended, refused, or never started: nothing of it is held
@@ -510,8 +529,7 @@ class Normalizer:
         else:
             self._heads[run] = after
 
-    def _accept(self, item: RunInput, now: float | None) -> Step:
-        wall = time.monotonic() if now is None else now
+    def _accept(self, item: RunInput, wall: float) -> Step:
         key, env, record = item.run, item.envelope, item.record
         ended = self._ended.get(key)
         if ended is not None:
@@ -538,7 +556,7 @@ class Normalizer:
         if env.seq < state.next_seq:
             return self._duplicate(item, state)
         step = Step(key, state.envelope.thread_id)  # positional: a keyword call costs twice as much
-        state.last_seen = self.clock.seen(state.partition) if now is None else now
+        state.last_seen = self.clock.seen(state.partition)
         state.last_offset = record.offset
         if env.seq > state.next_seq and key in self._doubtful:
             self.forget_runs([key])  # each later record is judged against the store again
@@ -660,13 +678,58 @@ class Normalizer:
             step.error = type(exc).__name__
             self._fail(state, step, None, DeadLetterCode.INTERNAL_ERROR, f"closing the run failed ({step.error})")
 
+    def holds(self, run: RunKey) -> bool:
+        """Whether the run is held here, open or known ended (its records need no journal read)."""
+        return run in self._runs or run in self._ended
+
+    def holds_open(self, run: RunKey) -> bool:
+        return run in self._runs
+
+    def envelope_of(self, run: RunKey) -> bytes:
+        """The run's envelope as its journal keeps it (``ENVELOPE_SEQ``): what every record of the
+        run shares — grammar, ids, tenant, model, issuer — so a worker that finds the run only in
+        the store's index of open runs can rebuild it (:meth:`adopt`)."""
+        env = self._runs[run].envelope
+        return orjson.dumps([env.grammar, env.run_id, env.thread_id, env.tenant, env.model, env.issuer_scope])
+
+    def adopt(self, run: RunKey, partition: int, journal: Iterable[JournalEntry], *, doubtful: bool = False) -> bool:
+        """Restore an open run that no record brought back (found in the store's index of open runs
+        of ``partition``) from its whole journal, so the expiry judges it by stream time: a run
+        whose producer vanished is ended, whoever held it before and whatever happened to it.
+
+        Its last position is taken to be the highest offset of the partition that may have been
+        published (its records up to there count as redeliveries once it ended). False when the
+        journal cannot rebuild it (no envelope, no first record, already held)."""
+        entries = {entry.seq: entry for entry in journal}
+        blob = entries.get(ENVELOPE_SEQ)
+        if blob is None or 0 not in entries or self.holds(run):
+            return False
+        try:
+            grammar, run_id, thread_id, tenant, model, issuer = orjson.loads(blob.value)
+        except (ValueError, TypeError):
+            return False
+        if grammar not in self._grammars or (tenant, run_id) != tuple(run):
+            return False
+        upto = 0
+        while upto in entries:
+            upto += 1
+        envelope = RawEnvelope(grammar, run_id, thread_id, tenant, upto, model, issuer, None, None)
+        record = RawRecord(run_id.encode(), None, (), partition, self.published_upto(partition))
+        self.restore(RunInput(record, envelope, run), entries.values(), ended=False, doubtful=doubtful)
+        state = self._runs.get(run)
+        if state is None:
+            return False
+        state.last_seen = self.clock.at(partition)  # silent from now: no record came (a record's time is a tick ahead)
+        return True
+
     def forget_partitions(self, partitions: Iterable[int], *, revoked: bool = False) -> int:
         """Drop the runs of partitions this worker no longer owns (``revoked``: for good, until
         assigned again) or is about to redo (a rewind); the runs are restored from the journal."""
         gone = set(partitions)
-        if revoked:  # another owner may publish there meanwhile: judge the log end again on return
+        if revoked:  # another owner may publish there meanwhile: judge the log end (and where it got) again on return
             for partition in gone:
                 self._replay.pop(partition, None)
+                self._stepped.pop(partition, None)
             self.clock.forget(gone)
         dropped = [k for k, s in self._runs.items() if s.partition in gone]
         self.forget_runs(dropped)
@@ -682,11 +745,21 @@ class Normalizer:
         self._ended.clear()
         return len(held)
 
+    def partition_of(self, run: RunKey) -> int | None:
+        """The raw partition of a run held here, open or ended here (``None``: not known)."""
+        state = self._runs.get(run)
+        if state is not None:
+            return state.partition
+        ended = self._ended.get(run)
+        return ended.partition if ended is not None and ended.partition >= 0 else None
+
     def forget_runs(self, runs: Iterable[RunKey]) -> None:
         """Drop these runs' copies (the store refused a write for them: another worker wrote
-        since — their next record restores them from the journal as it is now)."""
+        since — their next record restores them from the journal as it is now). An end decided
+        here and refused goes too: the run is not known to have ended."""
         for key in runs:
             self._runs.pop(key, None)
+            self._ended.pop(key, None)
             self._heads.pop(key, None)
             self._doubtful.discard(key)
 

@@ -120,7 +120,7 @@ MAX_FIELDS_PER_CALL = 1000
 """An ``HSET`` of more fields is split: Lua's ``unpack`` is bounded by its C stack (8000)."""
 
 
-_COMMANDS = {"set": "SET", "rpush": "RPUSH", "expire": "EXPIRE", "hset": "HSET", "sadd": "SADD", "delete": "DEL"}
+_COMMANDS = {"set": "SET", "rpush": "RPUSH", "expire": "EXPIRE", "hset": "HSET", "sadd": "SADD", "srem": "SREM", "delete": "DEL"}
 """redis-py's method → the Redis command (``delete`` is ``DEL``)."""
 
 
@@ -149,7 +149,7 @@ def _rest(op: Op) -> list[list[Any]]:
         return [items[i : i + step] for i in range(0, len(items), step)]
     if op.method == "set" and set(op.kwargs) <= {"ex"}:
         return [[*op.args[1:], *(("EX", op.kwargs["ex"]) if "ex" in op.kwargs else ())]]
-    if op.method in ("expire", "rpush", "sadd", "delete") and not op.kwargs and (op.method != "delete" or len(op.args) == 1):
+    if op.method in ("expire", "rpush", "sadd", "srem", "delete") and not op.kwargs and (op.method != "delete" or len(op.args) == 1):
         return [list(op.args[1:])]
     raise ScriptError(f"no script form for {op.method}{op.args[:1]} {sorted(op.kwargs)}")
 

@@ -33,21 +33,25 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from reasonwire.contracts.artefacts import ArtefactRecord
-from reasonwire.contracts.store import artefact_key, artefact_slot, ended_key, journal_key, shard_count_key, thread_index_key, thread_runs_key
+from reasonwire.contracts.store import (
+    artefact_key, artefact_slot, ended_key, journal_key, open_run_member, open_runs_key, parse_open_run_member, shard_count_key, thread_index_key,
+    thread_runs_key,
+)
 from reasonwire.workers.core.fence import StoreLost as StoreLost, Witness, Witnessed, journal_resumable, shards_behind
-from reasonwire.workers.core.normalizer import HEAD_SEQ, JournalEntry, RunKey, Step
+from reasonwire.workers.core.normalizer import ENVELOPE_SEQ, HEAD_SEQ, JournalEntry, RunKey, Step
 from reasonwire.workers.core.wire import record_json
 from reasonwire.workers.io.redis_script import HEAD_FIELD, READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
 from reasonwire.workers.io.redis_slots import Fence, Op, SlotWriter, queue, slot_of, slot_tag
 
 _SSE_SEPARATOR = b"\x00"
 _HEAD = HEAD_FIELD.encode()
+_ENVELOPE = str(ENVELOPE_SEQ)
 
 EPOCH_KEY = "rw:v1:epoch"
 """Hash: ``id`` (random, written once per store lifetime), ``created_ms``, and ``lost_ms``
@@ -193,10 +197,12 @@ class ArtefactStore:
         if reply is None or reply.decode() != self.epoch:
             raise StoreLost
 
-    async def apply(self, steps: Iterable[Step]) -> int:
+    async def apply(self, steps: Iterable[Step], opened: Mapping[RunKey, tuple[int, bytes]] | None = None) -> int:
         """Write the state of a batch of steps in one atomic write (:meth:`_write`: one script call,
         or on a cluster one transaction per hash slot and a replica's acknowledgement when the
-        batch ends a run); returns artefacts written."""
+        batch ends a run); returns artefacts written. ``opened``: runs the batch opens here
+        (partition, envelope): their envelope goes into their journal and they into the index
+        of open runs of their partition (:func:`~reasonwire.contracts.store.open_runs_key`)."""
         steps = list(steps)
         pipe: list[Op] = []
         fences: dict[RunKey, tuple[str, str]] = {}
@@ -219,6 +225,14 @@ class ArtefactStore:
                 journals.setdefault(step.run, {})[str(entry.seq)] = (entry.sse_event or "").encode() + _SSE_SEPARATOR + entry.value
                 if step.thread_id is not None:
                     threads[step.run] = step.thread_id
+        indexed: dict[int, list[bytes]] = {}
+        for run, (partition, envelope) in (opened or {}).items():
+            if run in journals:
+                journals[run][_ENVELOPE] = _SSE_SEPARATOR + envelope
+                indexed.setdefault(partition, []).append(open_run_member(run.tenant, run.run_id))
+        for partition, members in indexed.items():
+            pipe.append(Op("sadd", (open_runs_key(partition), *members)))
+            pipe.append(Op("expire", (open_runs_key(partition), self.journal_ttl_s)))
         for run, fields in journals.items():  # one HSET + one EXPIRE per run per batch, not per record
             key = journal_key(run.tenant, run.run_id)
             pipe.append(Op("hset", (key,), {"mapping": fields}))
@@ -244,7 +258,20 @@ class ArtefactStore:
                 # where the run ended (partition:offset): a later record is dead-lettered, a redelivered one is not
                 marker = step.ended_marker or (f"{step.ended_at[0]}:{step.ended_at[1]}".encode() if step.ended_at else b"1")
                 pipe.append(Op("set", (ended_key(step.run.tenant, step.run.run_id), marker), {"ex": self.journal_ttl_s}))
+                if step.ended_at is not None:
+                    pipe.append(Op("srem", (open_runs_key(step.ended_at[0]), open_run_member(step.run.tenant, step.run.run_id))))
         await self._write(pipe, wait=False)
+
+    async def open_runs(self, partitions: Sequence[int]) -> dict[int, list[RunKey]]:
+        """The index of open runs of these raw partitions (one round trip)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for partition in partitions:
+            pipe.smembers(open_runs_key(partition))
+        out: dict[int, list[RunKey]] = {}
+        for partition, members in zip(partitions, await pipe.execute(), strict=True):
+            runs = (parse_open_run_member(m) for m in members)
+            out[partition] = [RunKey(*run) for run in runs if run is not None]
+        return out
 
     async def _write(self, ops: list[Op], *, wait: bool, fences: dict[RunKey, tuple[str, str]] | None = None) -> None:
         """The ops atomically with the epoch check: on one server one script call that writes

@@ -46,7 +46,7 @@ import orjson
 from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
-from reasonwire.workers.core.backoff import Failure
+from reasonwire.workers.core.backoff import ServiceFailure
 from reasonwire.workers.core.fence import StoreLost
 
 log = logging.getLogger("reasonwire.health")
@@ -54,19 +54,19 @@ log = logging.getLogger("reasonwire.health")
 # -- classification ----------------------------------------------------------------------
 
 
-def classify(exc: BaseException) -> Failure:
+def classify(exc: BaseException) -> ServiceFailure:
     """Component and kind of a failure; ``known`` for errors the infrastructure is expected
     to produce now and then (no traceback: it would say nothing an operator can act on)."""
     kind = type(exc).__name__
     if isinstance(exc, StoreLost):
-        return Failure("store", kind)
+        return ServiceFailure("store", kind)
     if isinstance(exc, RedisError):
-        return Failure("redis", kind)
+        return ServiceFailure("redis", kind)
     if isinstance(exc, KafkaError):
-        return Failure("kafka", kind)
+        return ServiceFailure("kafka", kind)
     if isinstance(exc, (OSError, asyncio.TimeoutError, TimeoutError)):
-        return Failure("network", kind)
-    return Failure("worker", kind, known=False)
+        return ServiceFailure("network", kind)
+    return ServiceFailure("worker", kind, known=False)
 
 
 # -- the log throttle ----------------------------------------------------------------------
@@ -351,10 +351,10 @@ class HealthMetrics:
             description="Raw records not yet committed by this worker, per assigned partition",
         )
 
-    def failed(self, failure: Failure) -> None:
+    def failed(self, failure: ServiceFailure) -> None:
         self.failed_polls.add(1, {self._v.RW_COMPONENT: failure.component, self._v.ERROR_TYPE: failure.kind})
 
-    def retried(self, failure: Failure) -> None:
+    def retried(self, failure: ServiceFailure) -> None:
         self.retries.add(1, {self._v.RW_COMPONENT: failure.component})
 
     def _observe_lag(self, options: Any) -> Iterable[Any]:

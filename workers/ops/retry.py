@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -23,6 +25,12 @@ from reasonwire.workers.core.backoff import Backoff, Degradation, Report
 from reasonwire.workers.ops.health import classify
 
 T = TypeVar("T")
+
+def jitter() -> random.Random:
+    """This process's source of backoff jitter (``workers/core/backoff.py`` draws none of its own):
+    seeded from the OS, so replicas that failed together do not retry together."""
+    return random.Random(secrets.randbits(64))
+
 
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING}
 
@@ -32,7 +40,7 @@ class Retrying:
 
     def __init__(self, log: logging.Logger, *, initial_s: float = 0.1, cap_s: float = 5.0) -> None:
         self.log = log
-        self.backoff = Backoff(initial_s, cap_s)
+        self.backoff = Backoff(initial_s, cap_s, rng=jitter())
         self.degradation = Degradation()
 
     @property

@@ -365,6 +365,9 @@ class NormalizeSettings(_WorkerBase, RedisWaitSettings, AgUiSettings, GroupSetti
     redis_dedicated: bool = Field(
         False, description="Redis is dedicated to reasonwire and sized never to reach maxmemory: an evicting maxmemory-policy is then accepted (docs/reliability.md)"
     )
+    debug_invariants: bool = Field(
+        False, description="check the delivery machine's invariants after every input (slower; a broken rule stops the worker with its name)"
+    )
 
     @field_validator("policy_file")
     @classmethod

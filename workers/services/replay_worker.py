@@ -43,6 +43,7 @@ from reasonwire.workers.ops.settings import WorkerSettings
 from reasonwire.workers.io.store import ArtefactStore
 from reasonwire.workers.ops.telemetry import Telemetry, setup_telemetry
 from reasonwire.workers.ops.telemetry.replay import ReplayTelemetry
+from reasonwire.workers.io.producer_config import DURABLE
 
 log = logging.getLogger("reasonwire.replay")
 
@@ -174,7 +175,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
     settings = settings or WorkerSettings.from_env()
     telemetry = telemetry or setup_telemetry()
     metrics = ReplayTelemetry(telemetry)
-    broker = KafkaBroker(servers(settings.kafka_bootstrap_servers), acks="all", enable_idempotence=True, security=broker_security())
+    broker = KafkaBroker(servers(settings.kafka_bootstrap_servers), security=broker_security(), **DURABLE)
     store = ArtefactStore(connect(settings.redis_url), artefact_ttl_s=settings.artefact_ttl_s, journal_ttl_s=settings.journal_ttl_s)
     worker = ReplayWorker(broker, store, metrics, retrying=Retrying(log, initial_s=settings.backoff_initial_s, cap_s=settings.backoff_max_s))
 

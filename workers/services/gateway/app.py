@@ -56,7 +56,8 @@ from reasonwire.contracts import topics
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.ids import BadId, check_id
 from reasonwire.contracts.run_request import RunRequest
-from reasonwire.workers.core.backoff import Backoff, Degradation, Failure, Report
+from reasonwire.workers.ops.retry import jitter
+from reasonwire.workers.core.backoff import Backoff, Degradation, ServiceFailure, Report
 from reasonwire.workers.core.delivery import DEFAULT_MAX_MESSAGE_BYTES, record_size
 from reasonwire.workers.services.gateway.fanout import Fanout, RunLog
 from reasonwire.workers.services.gateway.keys import Audience, KeyBook, Principal
@@ -67,6 +68,7 @@ from reasonwire.workers.io.kafka_security import client_kwargs
 from reasonwire.workers.ops.metrics import GatewayCounts, GatewayMetrics, RequestMetrics, gateway_metrics
 from reasonwire.workers.io.redis_connect import connect
 from reasonwire.workers.ops.settings import GatewaySettings  # the settings model (issue 23 item 8); imported from here too
+from reasonwire.workers.io.producer_config import DURABLE
 
 __all__ = ["GatewaySettings", "create_app"]
 
@@ -240,7 +242,7 @@ class Gateway:
 
     async def start(self) -> None:
         """Clients are made here: aiokafka binds its objects to the running loop."""
-        self.producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap_servers, acks="all", enable_idempotence=True, **client_kwargs())
+        self.producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap_servers, **DURABLE, **client_kwargs())
         self.publisher = Publisher(producer=self.producer, deliver_timeout_s=self.settings.publish_timeout_s)
         self.redis = connect(self.settings.redis_url)
         await self.producer.start()
@@ -311,7 +313,7 @@ class Gateway:
     # -- readiness: Kafka and Redis probed, with backoff and jitter while they fail ----------
 
     async def _probe_forever(self) -> None:
-        backoff = Backoff(initial_s=0.5, cap_s=float(RETRY_AFTER_S))
+        backoff = Backoff(initial_s=0.5, cap_s=float(RETRY_AFTER_S), rng=jitter())
         while True:
             failure = await self._probe()
             now = time.monotonic()
@@ -324,7 +326,7 @@ class Gateway:
                 _log(self.health.failed(failure, now, delay), None)
             await asyncio.sleep(delay)
 
-    async def _probe(self) -> Failure | None:
+    async def _probe(self) -> ServiceFailure | None:
         """Kafka (cluster metadata) and Redis (PING), each within :data:`PROBE_TIMEOUT_S`; the first failure."""
         from redis.exceptions import RedisError
 
@@ -334,13 +336,13 @@ class Gateway:
             self.kafka_ok = True
         except (KafkaError, OSError, TimeoutError) as exc:
             self.kafka_ok = False
-            failure = Failure("kafka", type(exc).__name__)
+            failure = ServiceFailure("kafka", type(exc).__name__)
         try:
             await asyncio.wait_for(self.redis.ping(), PROBE_TIMEOUT_S)
             self.redis_ok = True
         except (RedisError, OSError, TimeoutError) as exc:
             self.redis_ok = False
-            failure = failure or Failure("redis", type(exc).__name__)
+            failure = failure or ServiceFailure("redis", type(exc).__name__)
         return failure
 
     def readiness(self) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from reasonwire.contracts import topics
 from reasonwire.contracts.envelope import HEADER_EVENT_SEQ, HEADER_RUN_ID, HEADER_TENANT, HEADER_THREAD_ID
+from reasonwire.workers.ops.retry import jitter
 from reasonwire.workers.core.backoff import Backoff, Degradation, Report
 from reasonwire.workers.ops.health import classify
 from reasonwire.workers.io.kafka_security import client_kwargs
@@ -160,7 +161,7 @@ class PartitionReader:
         self.caught_up = asyncio.Event()
         self._next_offset: int | None = None
         """Where a restarted consumer resumes (the runs already read are kept)."""
-        self.backoff = Backoff()
+        self.backoff = Backoff(rng=jitter())
         self.health = Degradation()
         self._new_run: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None

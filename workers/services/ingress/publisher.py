@@ -42,6 +42,7 @@ from reasonwire.workers.services.ingress.recognition import GrammarGate, Malform
 from reasonwire.workers.io.kafka_security import client_kwargs
 from reasonwire.workers.core.translator import Translation
 from reasonwire.workers.io.sse import ProviderEvent
+from reasonwire.workers.io.producer_config import DURABLE
 
 __all__ = ["EventTooLarge", "IngressError", "MalformedEvent", "NotThisGrammar", "Publisher", "RunPublisher", "check_capture"]
 
@@ -194,7 +195,7 @@ class Publisher:
         self.deliver_timeout_s = deliver_timeout_s
         """Each send/close waits at most this long for the broker (None: the producer's own timeouts)."""
         self._producer = producer or AIOKafkaProducer(
-            bootstrap_servers=bootstrap_servers, acks="all", enable_idempotence=True, **{**client_kwargs(), **producer_options}
+            bootstrap_servers=bootstrap_servers, **{**DURABLE, **client_kwargs(), **producer_options}
         )
 
     async def start(self) -> None:
