@@ -98,7 +98,7 @@ def normalized(path: Path, version: str) -> list[dict[str, Any]]:
         for r in raw_records(run, read_events(f)):
             item = normalizer.route(RawRecord(r.key, r.value, tuple(r.headers)))
             assert isinstance(item, RunInput)
-            outbound += normalizer.accept(item).outbound
+            outbound += normalizer.accept(item, 0.0).outbound
     return [json.loads(o.value) for o in outbound if o.topic == topics.EVENTS]
 
 

@@ -112,13 +112,13 @@ def test_prometheus_rule_alerts_on_lag_dead_letters_the_store_and_readiness(helm
 def test_the_alerts_name_only_metrics_and_labels_the_workers_export(helm: str) -> None:
     """The same check as the dashboard's (tests/unit/test_dashboard.py): every reasonwire metric and
     label an alert reads is in a scrape of the instruments, given one data point each."""
-    from reasonwire.workers.core.backoff import Failure
+    from reasonwire.workers.core.backoff import ServiceFailure
     from reasonwire.workers.ops.health import HealthMetrics
     from reasonwire.workers.ops.telemetry import setup_telemetry
 
     telemetry = setup_telemetry(install_global=False, env={"OTEL_METRICS_EXPORTER": "prometheus"})
     health = HealthMetrics(telemetry)
-    health.failed(Failure("redis", "ConnectionError"))
+    health.failed(ServiceFailure("redis", "ConnectionError"))
     health.store_lost.add(1)
     text = (telemetry.scrape() or b"").decode() + _in_process_scrape()
     have_metrics, have_labels = scraped(text)

@@ -297,7 +297,7 @@ def test_the_issuer_provider_header_reaches_the_stored_artefact_through_the_norm
             assert (HEADER_ISSUER_PROVIDER, b"deepseek") in r.headers
             item = n.route(RawRecord(r.key, r.value, tuple(r.headers)))
             assert isinstance(item, RunInput) and item.envelope.issuer_provider == "deepseek"
-            step = n.accept(item)
+            step = n.accept(item, 0.0)
             artefacts += step.artefacts
             outbound += step.outbound
     [kept] = artefacts
