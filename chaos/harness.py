@@ -499,7 +499,7 @@ def broker_restart() -> Fault:
 
 
 def broker_kill(node: int, down_s: float) -> Fault:
-    """SIGKILL one broker of a replicated cluster mid-stream (issue 16): producers with
+    """SIGKILL one broker of a replicated cluster mid-stream: producers with
     ``acks=all`` and idempotence, RF 3 and ``min.insync.replicas`` 2 lose nothing; the worker carries on."""
 
     async def act(chaos: Chaos) -> None:
@@ -512,7 +512,7 @@ def broker_kill(node: int, down_s: float) -> Fault:
 
 def pause(name: str, seconds: float, meanwhile: Fault | None = None) -> Fault:
     """SIGSTOP the worker for ``seconds``, then SIGCONT (a GC or VM pause): its clock runs on,
-    its records wait in the partition (issue 24 items 1 and 2). ``meanwhile``: a fault done
+    its records wait in the partition. ``meanwhile``: a fault done
     right after the freeze, which the frozen worker cannot notice (a restored Redis: the other
     workers must tell, by their own write counts or by the frozen one's in its last commits)."""
 
@@ -544,7 +544,7 @@ def clock_jump(name: str, offset: str) -> Fault:
 
 def raw_partitions(total: int) -> Fault:
     """Add partitions to ``reasoning.raw.v1`` mid-stream and switch the load producer to the new
-    partitioning at once (an ingress whose metadata refreshed; issue 24 item 3). A run whose new
+    partitioning at once (an ingress whose metadata refreshed). A run whose new
     partition is the other worker's is restored there from its journal and finished, while its
     old owner still holds it in memory; records on the new partitions wait until the group reads
     them: the workers refresh their metadata every eighth of the inactivity timeout (1 s here),
@@ -575,7 +575,7 @@ def redis_snapshot() -> Fault:
 
 
 def redis_restore() -> Fault:
-    """Redis stopped and started again from the older copy (same epoch: looks intact; item 4)."""
+    """Redis stopped and started again from the older copy (same epoch: looks intact)."""
 
     async def act(chaos: Chaos) -> None:
         await asyncio.to_thread(chaos.services.redis_restore, chaos.services.state / "redis-copy")
@@ -595,7 +595,7 @@ def redis_config(*pairs: str) -> Fault:
 
 def redis_evicting() -> Fault:
     """``maxmemory-policy volatile-lru`` (a managed-Redis default) and a ``maxmemory`` below what
-    Redis holds now: every write evicts keys with a TTL — artefacts, journals — never the epoch (item 5)."""
+    Redis holds now: every write evicts keys with a TTL — artefacts, journals — never the epoch."""
 
     async def act(chaos: Chaos) -> None:
         info = dict(line.split(":", 1) for line in chaos.services.redis_cli("INFO", "memory").splitlines() if ":" in line)
@@ -634,7 +634,7 @@ def restart(name: str) -> Fault:
 
 def replay_outage(seconds: float, requests: int) -> Fault:
     """The replay worker with ``requests`` requests pending while Redis is away ``seconds``: its
-    log bytes and CPU over the window, then every request answered once Redis is back (item 6)."""
+    log bytes and CPU over the window, then every request answered once Redis is back."""
 
     async def act(chaos: Chaos) -> None:
         worker = chaos.workers["R"]
@@ -708,20 +708,21 @@ def scenarios() -> list[Scenario]:
         Scenario("bad_binary", 40, 8),
         Scenario("bad_input", 60, 10),
         # before redis_lost: for RW_JOURNAL_TTL_S after a store loss the worker resumes only runs
-        # whose journal is whole, which would hide a restored store's old journals (item 4)
-        *issue24_scenarios(),
+        # whose journal is whole, which would hide a restored store's old journals
+        *_scenarios(),
         Scenario("redis_lost", 200, 20, [(6, "Redis SHUTDOWN NOSAVE with its AOF/RDB deleted (store lost)", redis_stop("lose")),
                                          (8, "Redis up, empty", redis_up())]),
     ]
 
 
 BUDGET = 65_536
-"""Worker log bytes (every worker process) one issue 24 scenario may write: what its faults and
+"""Worker log bytes (every worker process) one ownership-and-store scenario may write: what its faults and
 the per-record warnings of its fixtures need, with room — a retry loop writes megabytes."""
 
 
-def issue24_scenarios() -> list[Scenario]:
-    """Issue 24's operational events, items 1–6 (each failed on the code of its filing)."""
+def _scenarios() -> list[Scenario]:
+    """The operational events that threaten one number per event and one end per run: a paused
+    worker, a burst, a zombie, partitions added, a restored or evicting store, a replay outage."""
     return [
         # 1. the worker's own delay taken for a silent producer
         # every run ends: producers vanish while the worker stands still for 2×STALL_S (it drops the
@@ -1007,7 +1008,7 @@ def scan_logs(chaos: Chaos) -> tuple[int, int]:
     """(opaque values found in any worker log, values checked): full values and 16-byte chunks.
 
     One pass over the logs with every 16-byte chunk in a dict (a worker that floods its log —
-    the replay worker before issue 24 wrote 15 MB in a 15 s outage — made a search per chunk
+    a replay worker retrying at once wrote 15 MB in a 15 s outage — made a search per chunk
     take many minutes); values shorter than 16 bytes are searched for whole."""
     text = b"".join(p.read_bytes() for w in chaos.workers.values() for p in w.logs if p.exists())
     owner: dict[bytes, int] = {}

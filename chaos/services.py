@@ -28,7 +28,7 @@ class Services:
     log: Path
     kafka_brokers: int = 1
     """1: one KRaft node (``services.sh``). More: that many brokers (``deploy/cluster.sh``, RF 3,
-    ``min.insync.replicas`` 2) on ``kafka_port + 20 …`` — the issue 16 scenario of ``make chaos``."""
+    ``min.insync.replicas`` 2) on ``kafka_port + 20 …`` — the cluster scenario of ``make chaos``."""
 
     @property
     def env(self) -> dict[str, str]:

@@ -40,7 +40,7 @@ from reasonwire.workers.ops.settings import WorkerSettings
 from reasonwire.workers.io.store import EPOCH_KEY, ArtefactStore
 
 ROOT = Path(__file__).resolve().parents[2]
-# Topics are created by a worker only with RW_CREATE_TOPICS=true (issue 16): the tests' own
+# Topics are created by a worker only with RW_CREATE_TOPICS=true: the tests' own
 # broker is theirs to provision, as `make test` and `make run` do.
 os.environ.setdefault("RW_CREATE_TOPICS", "true")
 PARTITIONS = 4
@@ -131,7 +131,7 @@ def settings(services: dict[str, str]) -> WorkerSettings:
 
 @pytest.fixture(scope="session")
 def primed_group(settings: WorkerSettings) -> WorkerSettings:
-    """Create the topics (every topic of the plan: the broker creates none by itself, issue 24)
+    """Create the topics (every topic of the plan: the broker creates none by itself)
     and start the test group at the raw topic's current end, so a broker reused across
     sessions does not replay earlier sessions' records."""
 

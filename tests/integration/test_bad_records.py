@@ -1,5 +1,4 @@
-"""Issue 13 (findings 1, 2, 3, 6) and issue 18 (the worker's second line of defence) on the real
-broker and Redis: every raw record is accounted for, a run's ``rw-event-seq`` is a function of
+"""Bad records and the worker's second line of defence on the real broker and Redis: every raw record is accounted for, a run's ``rw-event-seq`` is a function of
 its accepted input, and no record is a poison pill for its partition.
 
 Each test publishes its records *before* the worker starts, so they reach it in as few polls as
@@ -162,7 +161,7 @@ async def _worker(settings: WorkerSettings) -> AsyncIterator[NormalizerWorker]:
         telemetry.log_guard.uninstall()
 
 
-async def test_a_non_utf8_or_valueless_header_loses_nothing_of_its_poll_issue13_finding1(primed_group: WorkerSettings) -> None:
+async def test_a_non_utf8_or_valueless_header_loses_nothing_of_its_poll_finding1(primed_group: WorkerSettings) -> None:
     """Finding 1: FastStream decoded every header of a poll and one non-UTF-8 value dropped the poll
     silently. Now the runs in the poll finish, a record whose foreign headers are binary is
     processed, and a record whose own header is not UTF-8 is dead-lettered with its key, value
@@ -190,7 +189,7 @@ async def test_a_non_utf8_or_valueless_header_loses_nothing_of_its_poll_issue13_
     assert b"rw-model" in (_header(headers, "rw-dlq-reason") or b"")
 
 
-async def test_a_bad_record_in_a_burst_never_reuses_an_event_number_issue13_finding2(primed_group: WorkerSettings) -> None:
+async def test_a_bad_record_in_a_burst_never_reuses_an_event_number_finding2(primed_group: WorkerSettings) -> None:
     """Finding 2: a bad record in the burst of its run made the stale-run restore rebuild the run
     from nothing and publish RUN_STARTED / RUN_ERROR over numbers already used. Now the run's
     numbering continues, the gap ends it with RUN_ERROR ``sequence_gap`` (never RUN_FINISHED),
@@ -232,7 +231,7 @@ async def test_a_bad_record_in_a_burst_never_reuses_an_event_number_issue13_find
     assert len(late) == sum(len(records) - k - 3 + (kind == "out-of-order") for kind, (_, records) in cases.items())
 
 
-async def test_later_records_of_a_gapped_run_never_finish_it_issue13_finding2(primed_group: WorkerSettings) -> None:
+async def test_later_records_of_a_gapped_run_never_finish_it_finding2(primed_group: WorkerSettings) -> None:
     """Finding 2, second half: the rest of the run arriving seconds after the gap used to be
     translated with the delta missing and the run ended RUN_FINISHED."""
     tag = f"f2l{uuid.uuid4().hex[:6]}"
@@ -251,7 +250,7 @@ async def test_later_records_of_a_gapped_run_never_finish_it_issue13_finding2(pr
     assert [e["type"] for e in stream].count("RUN_STARTED") == 1
 
 
-async def test_an_end_record_for_a_run_never_seen_makes_no_phantom_run_issue13_finding6(primed_group: WorkerSettings) -> None:
+async def test_an_end_record_for_a_run_never_seen_makes_no_phantom_run_finding6(primed_group: WorkerSettings) -> None:
     """Finding 6: an end (or abort) control record for an unknown run created RUN_STARTED,
     RUN_ERROR and a usage record. Now it is dead-lettered ``unknown_run`` and nothing else."""
     tag = f"f6{uuid.uuid4().hex[:6]}"
@@ -269,7 +268,7 @@ async def test_an_end_record_for_a_run_never_seen_makes_no_phantom_run_issue13_f
     assert sorted((key, _header(h, "rw-dlq-code")) for key, _, h in d.dlq) == sorted((c.key, b"unknown_run") for c in controls)
 
 
-async def test_late_and_conflicting_records_are_dead_lettered_identical_copies_only_counted_issue13(primed_group: WorkerSettings) -> None:
+async def test_late_and_conflicting_records_are_dead_lettered_identical_copies_only_counted(primed_group: WorkerSettings) -> None:
     """Every raw record is accounted for: a re-sent byte-identical copy of an accepted record is
     counted (no output), a different record under an accepted ``rw-seq`` is dead-lettered
     ``duplicate_conflict``, and a provider event after its run's end is dead-lettered ``run_ended``."""
@@ -300,7 +299,7 @@ async def _set_max_message_bytes(bootstrap: str, limits: dict[str, int | None]) 
         await admin.close()
 
 
-async def test_an_output_too_large_for_its_topic_is_no_poison_pill_issue13_finding3(primed_group: WorkerSettings) -> None:
+async def test_an_output_too_large_for_its_topic_is_no_poison_pill_finding3(primed_group: WorkerSettings) -> None:
     """Finding 3: a dead letter (the raw bytes plus the reason) larger than the DLQ's
     ``max.message.bytes`` failed, rewound and was retried forever, republishing the other runs of
     the poll each time. Now: a non-JSON value too large for the DLQ is dead-lettered as a
@@ -350,9 +349,9 @@ async def test_an_output_too_large_for_its_topic_is_no_poison_pill_issue13_findi
     assert all(len(copies) == 1 for copies in d.events[bystander.run_id].values()), "the other runs of the poll were republished"
 
 
-async def test_an_exception_in_translation_fails_only_its_run_issue18_second_line_of_defence(primed_group: WorkerSettings) -> None:
-    """Issue 18: an unexpected exception from a translator (or from serializing its output) for
-    one record used to fail the whole poll, which was redone and failed again. Now that run ends
+async def test_an_exception_in_translation_fails_only_its_run_second_line_of_defence(primed_group: WorkerSettings) -> None:
+    """An unexpected exception from a translator (or from serializing its output) for one record
+    must not fail the whole poll (it would be redone and fail again): that run ends
     RUN_ERROR ``internal_error``, the record is dead-lettered with its bytes, and the other runs of
     the poll are published once."""
     tag = f"f18{uuid.uuid4().hex[:6]}"

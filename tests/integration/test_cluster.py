@@ -1,4 +1,4 @@
-"""reasonwire on real clusters (issue 16): a Redis Cluster of 3 masters + 3 replicas and a
+"""reasonwire on real clusters: a Redis Cluster of 3 masters + 3 replicas and a
 3-broker KRaft Kafka cluster (RF 3, min.insync.replicas 2), both started by
 ``deploy/cluster.sh`` (``make test-cluster`` starts them, runs this file and stops them).
 
@@ -247,7 +247,7 @@ async def test_kafka_broker_killed_mid_stream_loses_nothing(cluster_worker: Any,
     print(f"kafka broker kill: {len(runs)} runs complete in {time.monotonic() - started:.1f}s")
 
 
-# -- issue 24 on a cluster: the fence and the per-shard rollback witness ------------------------
+# -- on a cluster: the fence and the per-shard rollback witness ------------------------
 
 
 def _store(cluster: Any) -> ArtefactStore:
@@ -274,7 +274,7 @@ def _run_on(cluster: Any, tag: str, *, away_from: str) -> tuple[Any, list[Any]]:
 
 
 @needs_redis_cluster
-async def test_on_a_cluster_a_stale_copy_cannot_end_a_run_another_worker_finished_issue24_item3() -> None:
+async def test_on_a_cluster_a_stale_copy_cannot_end_a_run_another_worker_finished() -> None:
     """The fence on a Redis Cluster: worker B restores a run from its journal and finishes it; A's
     stale copy expires it. A's write is refused with ``RunsMoved`` by the per-slot fence script
     (the run's journal and ended marker share a slot) — nothing of it written, its ``RUN_ERROR``
@@ -308,7 +308,7 @@ async def test_on_a_cluster_a_stale_copy_cannot_end_a_run_another_worker_finishe
 
 
 @needs_redis_cluster
-async def test_on_a_cluster_a_zombie_write_is_refused_and_a_redo_from_the_journal_agrees_issue24_item2() -> None:
+async def test_on_a_cluster_a_zombie_write_is_refused_and_a_redo_from_the_journal_agrees() -> None:
     """Both workers hold the run; B writes first. A's write (the next records, from its stale copy)
     is refused on the cluster; A drops its copy, restores from the journal as B left it and derives
     the same outputs as an undisturbed run — beside a run of another slot whose write in the same
@@ -366,7 +366,7 @@ async def _until(check: Any, timeout: float = 30.0) -> Any:
 
 
 @needs_redis_cluster
-async def test_a_replica_promoted_without_the_last_writes_is_detected_before_a_run_resumes_issue24_item4() -> None:
+async def test_a_replica_promoted_without_the_last_writes_is_detected_before_a_run_resumes() -> None:
     """The realistic rollback of one shard: its replica is cut off (link dropped, process stopped),
     the master acknowledges more of a run's journal, dies (SIGKILL), and the replica is promoted
     without those writes. The epoch hash lives on another shard and is intact; the store's count
@@ -472,7 +472,7 @@ async def _put_back(shard: Redis, copy: dict[bytes, tuple[bytes, int]]) -> None:
 
 
 @needs_redis_cluster
-async def test_a_shard_restored_from_an_older_copy_is_detected_at_start_up_and_its_runs_refused_issue24_item4(
+async def test_a_shard_restored_from_an_older_copy_is_detected_at_start_up_and_its_runs_refused(
     primed_group: WorkerSettings, producer: AIOKafkaProducer
 ) -> None:
     """A worker on a Redis Cluster; a run goes on after a copy of ONE shard (the master holding the

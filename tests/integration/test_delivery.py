@@ -57,7 +57,7 @@ async def _stream_with_one_failed_send(
         outbox.add = failing_add  # type: ignore[method-assign]
         async with Collector(primed_group.kafka_bootstrap_servers) as c:
             # the run's first records, then the rest once they are out: a run restored here sends
-            # only after its first write (issue 24), so its later records are the ones sent while stepping
+            # only after its first write, so its later records are the ones sent while stepping
             await send(producer, records[:2])
             await c.until(lambda c: bool(c.stream(run.run_id)), timeout=60)
             await send(producer, records[2:])

@@ -1,4 +1,4 @@
-"""The adapter decides nothing (issue 27): on the real broker and Redis, every delivery I/O the
+"""The adapter decides nothing: on the real broker and Redis, every delivery I/O the
 worker makes — a journal read, a store write, an ended marker, a probe, a send, a commit, a
 seek — happens while it performs an action the delivery machine returned, and with exactly that
 action's content. A decision taken in the adapter (a write the machine did not ask for, a send
@@ -71,7 +71,7 @@ class _Audit:
         setattr(target, attr, wrapped)
 
 
-async def test_every_delivery_io_is_an_action_the_machine_returned_issue27(primed_group: WorkerSettings, producer: Any) -> None:
+async def test_every_delivery_io_is_an_action_the_machine_returned(primed_group: WorkerSettings, producer: Any) -> None:
     run = RunEnvelope("openai-responses", f"adapter-{uuid.uuid4().hex[:8]}", f"thread-{uuid.uuid4().hex[:6]}", tenant="acme")
     with FIXTURE.open() as f:
         records = list(raw_records(run, read_events(f)))

@@ -1,4 +1,4 @@
-"""One number, one event under pauses, moved partitions and restored stores (issue 24 items 1–4).
+"""One number, one event under pauses, moved partitions and restored stores.
 
 Real Kafka and Redis. The oracle is the offline translation (``tests.conformance.oracle``) and
 the invariant every consumer relies on: no two different events under one (run,
@@ -69,7 +69,7 @@ def _offline(run: RunEnvelope) -> list[dict[str, Any]]:
 
 
 def _one_number_one_event(c: Collector, runs: list[tuple[RunEnvelope, list[OutgoingRecord]]]) -> None:
-    """The invariant of issue 24: per run, no number carries two different events, and there is
+    """One number, one event: per run, no number carries two different events, and there is
     one terminal event (identical redeliveries of it allowed)."""
     for run, _ in runs:
         by_seq = c.events.get(run.run_id, {})
@@ -87,7 +87,7 @@ def _sigcont(worker: Any) -> None:
     worker.proc.send_signal(signal.SIGCONT)
 
 
-async def test_a_paused_worker_does_not_expire_runs_whose_records_wait_issue24_item1(spawn_worker: Any, producer: Any, primed_group: Any) -> None:
+async def test_a_paused_worker_does_not_expire_runs_whose_records_wait(spawn_worker: Any, producer: Any, primed_group: Any) -> None:
     """SIGSTOP for twice the inactivity timeout while the runs' next records arrive: on resuming,
     the worker must translate them, not end the runs ``inactivity_timeout`` and dead-letter them
     ``run_ended`` (main ended 23 of 24 runs this way: silence was measured on the worker's clock)."""
@@ -118,7 +118,7 @@ async def test_a_paused_worker_does_not_expire_runs_whose_records_wait_issue24_i
     assert ended == []
 
 
-async def test_a_worker_thawed_after_its_partitions_moved_contradicts_nothing_issue24_item2(spawn_worker: Any, producer: Any, primed_group: Any) -> None:
+async def test_a_worker_thawed_after_its_partitions_moved_contradicts_nothing(spawn_worker: Any, producer: Any, primed_group: Any) -> None:
     """A holds runs and is SIGSTOPped past its session timeout; B takes its partitions and finishes
     the runs; A resumes. Nothing A publishes may contradict B (main: A's expiry tick published
     ``RUN_ERROR`` under numbers B had used — two different events, two terminal events)."""
@@ -173,12 +173,12 @@ async def _step_and_store(n: Normalizer, store: ArtefactStore, records: list[Raw
     return steps
 
 
-async def test_a_stale_copy_cannot_end_a_run_its_new_partition_finished_issue24_item3(redis: Redis) -> None:
+async def test_a_stale_copy_cannot_end_a_run_its_new_partition_finished(redis: Redis) -> None:
     """The raw topic gained partitions and a run's producer moved to the new one: worker B (the new
     partition's owner) restores the run from its journal and finishes it; worker A still holds a
     copy. A's expiry of that copy is refused by the store's write script (nothing written, its
     ``RUN_ERROR`` never sent) — main wrote it and published a second terminal event over B's numbers."""
-    from reasonwire.workers.io.store import RunsMoved  # inside: the code before issue 24 has no fence to import
+    from reasonwire.workers.io.store import RunsMoved  # inside: a worker tree without the fence (an older revision under test) has none to import
 
     [(run, records)] = _runs("moved", 1)
     await redis.delete(EPOCH_KEY)
@@ -201,7 +201,7 @@ async def test_a_stale_copy_cannot_end_a_run_its_new_partition_finished_issue24_
     await redis.delete(journal_key(run.tenant, run.run_id), ended_key(run.tenant, run.run_id))
 
 
-async def test_a_zombie_write_is_refused_and_a_redo_from_the_journal_agrees_issue24_item2(redis: Redis) -> None:
+async def test_a_zombie_write_is_refused_and_a_redo_from_the_journal_agrees(redis: Redis) -> None:
     """Both workers hold the run; B writes first. A's write (the same records) is refused; A drops
     its copy, restores from the journal as B left it and derives the same outputs."""
     from reasonwire.workers.io.store import RunsMoved
@@ -239,7 +239,7 @@ async def _restore(redis: Redis, saved: dict[str, bytes | None]) -> None:
             await redis.restore(key, 0, blob, replace=True)
 
 
-async def test_a_store_restored_from_an_older_copy_is_detected_before_renumbering_issue24_item4(
+async def test_a_store_restored_from_an_older_copy_is_detected_before_renumbering(
     primed_group: WorkerSettings, producer: Any, redis: Redis
 ) -> None:
     """A run goes on after a copy of the store is taken; the store is put back to the copy (same
@@ -280,7 +280,7 @@ async def test_a_store_restored_from_an_older_copy_is_detected_before_renumberin
     assert worker.store.lost_ms is not None
 
 
-async def test_the_write_count_is_checked_by_every_read_and_write_issue24_item4(redis: Redis) -> None:
+async def test_the_write_count_is_checked_by_every_read_and_write(redis: Redis) -> None:
     """Store level: a write count below the witness makes the next read and write refuse
     (``StoreLost``); the recovery adopts a new epoch marked lost and raises the count."""
     await redis.delete(EPOCH_KEY)
@@ -305,7 +305,7 @@ async def test_the_write_count_is_checked_by_every_read_and_write_issue24_item4(
 
 
 
-async def test_an_evicting_redis_is_refused_at_start_unless_said_dedicated_issue24_item5(spawn_worker: Any, redis: Redis) -> None:
+async def test_an_evicting_redis_is_refused_at_start_unless_said_dedicated(spawn_worker: Any, redis: Redis) -> None:
     """``maxmemory-policy volatile-lru`` (a managed-Redis default) evicts journals and artefacts,
     which all carry TTLs: the worker refuses to run — it waits not ready (``/readyz`` 503 naming
     the policy, one log line; an exit would crash-loop under a Deployment) and starts by itself
@@ -345,7 +345,7 @@ async def _readyz_until(port: int, done: Callable[[dict[str, Any]], bool], timeo
     raise AssertionError(f"/readyz never said so: {body}")
 
 
-async def test_a_redis_out_of_memory_repeats_a_polls_outputs_a_bounded_number_of_times_issue24(
+async def test_a_redis_out_of_memory_repeats_a_polls_outputs_a_bounded_number_of_times(
     primed_group: WorkerSettings, producer: Any, redis: Redis
 ) -> None:
     """While Redis refuses writes (``maxmemory`` reached, ``noeviction``), main stepped every
@@ -383,7 +383,7 @@ async def test_a_redis_out_of_memory_repeats_a_polls_outputs_a_bounded_number_of
     assert copies <= 3, f"an output was published {copies} times during the outage"
 
 
-async def test_a_running_worker_judges_the_store_by_the_groups_commits_when_it_takes_partitions_over_issue24_item4(
+async def test_a_running_worker_judges_the_store_by_the_groups_commits_when_it_takes_partitions_over(
     primed_group: WorkerSettings, producer: Any, redis: Redis
 ) -> None:
     """Worker B runs idle; worker A owns a run's partition, writes and commits the store's write

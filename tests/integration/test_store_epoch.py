@@ -1,4 +1,4 @@
-"""A store that lost data never makes the worker reuse event numbers (issue 13, finding 5).
+"""A store that lost data never makes the worker reuse event numbers.
 
 Real Kafka and Redis. The loss is simulated by deleting what a Redis restarted without
 persistence would have lost: the epoch marker and the open run's journal.
@@ -62,8 +62,8 @@ async def test_claiming_the_epoch_is_idempotent_and_a_missing_epoch_is_detected(
 
 
 async def test_a_batch_meant_for_a_wiped_store_writes_nothing_into_it(redis: Redis) -> None:
-    """One server: the write script compares the epoch before its first write (issue 17's
-    script path), so nothing of a refused batch lands in the emptied store."""
+    """One server: the write script compares the epoch before its first write (the
+    single-server script path), so nothing of a refused batch lands in the emptied store."""
     await redis.delete(EPOCH_KEY)
     store = ArtefactStore(redis, artefact_ttl_s=60, journal_ttl_s=60)
     await store.claim_epoch(lost=False)

@@ -1,4 +1,4 @@
-"""Backoff, degradation reports and the log throttle (issue 13, finding 4): pure, no sleeping."""
+"""Backoff, degradation reports and the log throttle: pure, no sleeping."""
 
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ async def _get(port: int, path: str) -> tuple[int, bytes]:
 
 
 async def test_health_server_answers_liveness_and_readiness_from_the_probe() -> None:
-    """/healthz is the loop answering; /readyz is 503 until the probe says ready (issue 13)."""
+    """/healthz is the loop answering; /readyz is 503 until the probe says ready."""
     from reasonwire.workers.ops.health import HealthServer
 
     state = {"ready": False, "redis": "ConnectionError", "lag": {3: 7}}

@@ -1,4 +1,4 @@
-"""The sans-I/O core imports nothing built on it (issue 27 item 1: "the core takes a translator
+"""The sans-I/O core imports nothing built on it ("the core takes a translator
 factory instead of importing the registry").
 
 ``reasonwire.workers.core`` is the bottom layer of the runtime: the translators, the store, the
@@ -46,7 +46,7 @@ def _upward(module: str) -> bool:
     return top == "reasonwire" and module != "reasonwire" and not module.startswith(tuple(f"{a}." for a in ALLOWED) + ALLOWED)
 
 
-def test_no_core_module_imports_the_translators_or_anything_else_above_the_core_issue27_item1() -> None:
+def test_no_core_module_imports_the_translators_or_anything_else_above_the_core() -> None:
     upward = [
         f"workers/core/{path.name}:{line}: {module}"
         for path in sorted(CORE.glob("*.py"))
@@ -56,7 +56,7 @@ def test_no_core_module_imports_the_translators_or_anything_else_above_the_core_
     assert not upward, "the core imports what is built on it:\n" + "\n".join(upward)
 
 
-def test_importing_the_whole_core_loads_no_reasonwire_module_outside_it_issue27_item1() -> None:
+def test_importing_the_whole_core_loads_no_reasonwire_module_outside_it() -> None:
     code = (
         "import importlib, sys\n"
         f"for name in {_core_modules()!r}:\n"

@@ -1,4 +1,4 @@
-"""The delivery state machine's rules one by one (issue 27), without I/O: each test feeds it what
+"""The delivery state machine's rules one by one, without I/O: each test feeds it what
 happened and reads what it says to do. The seeded fault simulation (test_delivery_sim.py)
 drives the same class through thousands of schedules; these pin the individual decisions."""
 
@@ -100,11 +100,11 @@ def _held(machine: DeliveryMachine, records: list[RawRecord]) -> None:
                 pending += machine.done(action)
 
 
-def test_held_runs_are_sent_and_written_while_a_new_runs_journal_is_read_and_steps_keep_record_order_issue27() -> None:
+def test_held_runs_are_sent_and_written_while_a_new_runs_journal_is_read_and_steps_keep_record_order() -> None:
     """A poll meeting a run it does not hold: the held run's outputs go out at once and its part
     of the flight is written at once — a run ending there would wait for that write only, not
-    for another run's journal read (issue 27 item 2); the new run's records wait for its journal
-    (issue 17) and are written as the flight's next part; the flight's Steps keep record order."""
+    for another run's journal read; the new run's records wait for its journal
+    and are written as the flight's next part; the flight's Steps keep record order."""
     machine = _machine()
     held, new = _records("held"), _records("new", partition=1)
     _held(machine, held[:3])
@@ -124,8 +124,8 @@ def test_held_runs_are_sent_and_written_while_a_new_runs_journal_is_read_and_ste
     assert [s.run.run_id for s in machine.steps_of(read.flight)] == ["new", "held", "held"]
 
 
-def test_a_runs_end_waits_for_its_own_parts_write_not_another_runs_journal_read_issue27() -> None:
-    """"A terminal output waits only for its own run's artefacts" (issue 27 item 2): a held run
+def test_a_runs_end_waits_for_its_own_parts_write_not_another_runs_journal_read() -> None:
+    """"A terminal output waits only for its own run's artefacts": a held run
     that ends in a poll which also meets a new run gets its end out once its own part is
     written, while the new run's journal is still being read."""
     machine = _machine()
@@ -140,7 +140,7 @@ def test_a_runs_end_waits_for_its_own_parts_write_not_another_runs_journal_read_
     assert any(b"RUN_FINISHED" in o.value for o in end.outbound)
 
 
-def test_a_restored_runs_outputs_wait_for_its_first_accepted_write_issue24() -> None:
+def test_a_restored_runs_outputs_wait_for_its_first_accepted_write() -> None:
     """A run this worker restored from its journal is not proven current until the fence accepts
     its first write (a zombie may still be writing for it): its outputs follow that write."""
     machine = _machine()
@@ -179,7 +179,7 @@ def test_terminal_outputs_follow_their_own_write_and_markers_follow_acknowledgem
 
 
 def test_writes_of_disjoint_runs_do_not_wait_for_each_other_but_one_runs_do() -> None:
-    """Issue 27 item 2: a flight's write waits only for earlier writes of its own runs."""
+    """A flight's write waits only for earlier writes of its own runs."""
     machine = _machine(max_in_flight=4)
     a, b = _records("a"), _records("b", partition=1)
     _held(machine, a[:2])
@@ -227,7 +227,7 @@ def test_a_failure_rewinds_every_partition_in_flight_once_nothing_is_out() -> No
     assert machine.poll(records[4:5], {}, now=0.0) == []
 
 
-def test_after_a_redis_failure_a_poll_is_stepped_only_once_a_probe_goes_through_issue24() -> None:
+def test_after_a_redis_failure_a_poll_is_stepped_only_once_a_probe_goes_through() -> None:
     """During a Redis OOM every retried poll sent its continuing runs' outputs again (1,632 copies)."""
     machine = _machine()
     records = _records("p")
@@ -246,7 +246,7 @@ def test_after_a_redis_failure_a_poll_is_stepped_only_once_a_probe_goes_through_
     assert _of(machine.done(probe), ReadJournals)  # stepped now (the run is restored first)
 
 
-def test_the_fence_refusing_a_write_drops_those_runs_and_redoes_the_poll_issue24() -> None:
+def test_the_fence_refusing_a_write_drops_those_runs_and_redoes_the_poll() -> None:
     machine = _machine()
     records = _records("m")
     _held(machine, records[:2])
@@ -271,7 +271,7 @@ def test_a_store_loss_recovers_the_store_and_drops_every_run_before_anything_els
 
 
 def test_an_expiry_asks_for_membership_first_and_is_sent_again_when_its_flight_failed() -> None:
-    """Item 2 of issue 24 and a review finding: no record brings an idle run back, so a failed
+    """No record brings an idle run back, so a failed
     expiry's Steps are sent again by the next tick — the same Steps; a record of the run, or its
     partition's revocation, drops them."""
     machine = _machine()
@@ -299,7 +299,7 @@ def test_an_expiry_asks_for_membership_first_and_is_sent_again_when_its_flight_f
     assert not _of(_silence(machine), Commit), "the revocation dropped the unsent expiry"
 
 
-def test_no_expiry_is_decided_on_a_partition_this_worker_has_not_committed_issue27() -> None:
+def test_no_expiry_is_decided_on_a_partition_this_worker_has_not_committed() -> None:
     """Without a commit of ours on a partition there is nothing to ask the group with, so the
     worker's membership is not proven there: its runs are not judged — nothing is decided or
     held back — until a commit lands (a worker cut off from the coordinator since it joined
@@ -352,11 +352,11 @@ def test_a_record_of_an_idle_run_drops_its_unsent_expiry() -> None:
     assert machine._unsent_expiries == {}, "the expiry is not sent again"
 
 
-def test_a_new_run_past_the_published_log_is_stepped_without_a_journal_read_and_held_for_its_write_issue27() -> None:
+def test_a_new_run_past_the_published_log_is_stepped_without_a_journal_read_and_held_for_its_write() -> None:
     """A run met at its first record past every offset that may have been published is presumed
-    new (issue 27 item 2): it is stepped at once — no journal read in front of it, and the next
+    new: it is stepped at once — no journal read in front of it, and the next
     poll is not held behind one — and, like a restored run, its outputs follow its part's write,
-    whose fence refuses it if anyone wrote for the run (issue 24)."""
+    whose fence refuses it if anyone wrote for the run."""
     machine = _machine()
     held, new = _records("held"), _records("new", partition=1)
     _held(machine, held[:3])
@@ -383,7 +383,7 @@ def test_a_seq_zero_record_within_the_published_log_or_a_control_record_is_read_
     assert [r.run_id for r in read.runs] == ["ctl"], "a control record names a run that must exist: read it"
 
 
-def test_a_run_presumed_new_that_the_fence_refuses_is_read_when_redone_issue24() -> None:
+def test_a_run_presumed_new_that_the_fence_refuses_is_read_when_redone() -> None:
     """The fence refused the first write of a run presumed new (someone wrote its journal, or it
     ended): the poll is redone, and this time the run's journal is read — never presumed again."""
     machine = _machine()
@@ -400,7 +400,7 @@ def test_a_run_presumed_new_that_the_fence_refuses_is_read_when_redone_issue24()
     assert [r.run_id for r in read.runs] == ["z"]
 
 
-def test_a_partition_assigned_again_is_not_held_to_a_rewind_its_seek_could_not_perform_issue27() -> None:
+def test_a_partition_assigned_again_is_not_held_to_a_rewind_its_seek_could_not_perform() -> None:
     """A rewind decided while the partition was not assigned (a poll fetched before a revocation
     and refused by the fence after it): the adapter cannot seek there, and once the partition
     comes back the consumer starts at the committed offset — its records must not be dropped as

@@ -1,7 +1,7 @@
-"""Seeded deterministic simulation of the normalizer's delivery protocol under faults (issue 13).
+"""Seeded deterministic simulation of the normalizer's delivery protocol under faults.
 
 What is simulated: the production delivery state machine
-(:class:`reasonwire.workers.core.delivery_machine.DeliveryMachine`, issue 27: every decision of
+(:class:`reasonwire.workers.core.delivery_machine.DeliveryMachine`: every decision of
 the worker between a poll and its commit) over the real sans-I/O core
 (:class:`reasonwire.workers.core.normalizer.Normalizer`), against an in-memory broker and store.
 The driver here only performs the actions the machine returns — in any order among those
@@ -30,7 +30,7 @@ Checked for every seed, against a reference (the same core fed the same log once
 With inactivity timeouts (a clock decision, so no reference to compare with), a separate test
 checks that no two different events share a number and nothing follows a run's terminal event.
 
-Issue 24 adds the faults that break ownership and the store's memory, each with the same
+Further faults break ownership and the store's memory, each with the same
 invariants: *zombies* — the owner freezes and the group gives its partitions to a fresh worker
 without telling it; the zombie goes on fetching from its old position, writing and sending (its
 commits refused), paused ones dropping their runs first as the adapter's stall rule does;
@@ -792,20 +792,20 @@ def _check(seed: int, *, stub: bool = True) -> None:
         assert not finished, f"seed {seed}: {run_id} is missing a record but finished"
 
 
-def test_delivery_simulation_many_seeds_issue13(stub_translators: None) -> None:
+def test_delivery_simulation_many_seeds(stub_translators: None) -> None:
     """Thousands of seeded runs of the protocol with faults at every step (``RW_SIM_SEEDS``),
     over stub translators (the protocol is what is under test here)."""
     for seed in seeds(SEEDS):
         _check(seed)
 
 
-def test_delivery_simulation_with_the_real_translators_issue13(exploding_translators: None) -> None:
+def test_delivery_simulation_with_the_real_translators(exploding_translators: None) -> None:
     """Fewer seeds over the sample streams and the real translators (slower per record)."""
     for seed in seeds(REAL_SEEDS):
         _check(seed, stub=False)
 
 
-def test_the_simulation_can_fail_a_core_that_reuses_numbers_issue13(monkeypatch: pytest.MonkeyPatch, stub_translators: None) -> None:
+def test_the_simulation_can_fail_a_core_that_reuses_numbers(monkeypatch: pytest.MonkeyPatch, stub_translators: None) -> None:
     """The simulation is a real check: the old stale-run rule (restore from the journal whenever
     a record skips ahead, keeping nothing) makes it find different events under one number."""
 
@@ -841,7 +841,7 @@ def test_the_simulation_can_fail_a_core_that_reuses_numbers_issue13(monkeypatch:
     pytest.fail("200 seeds and the old rule was never caught")
 
 
-def test_delivery_simulation_with_timeouts_never_reuses_numbers_issue13(stub_translators: None) -> None:
+def test_delivery_simulation_with_timeouts_never_reuses_numbers(stub_translators: None) -> None:
     """Inactivity timeouts depend on the clock, so the outcome is not the reference's; what must
     still hold: no two different events share (run, rw-event-seq), nothing follows a run's
     terminal event, and no partition is wedged."""
@@ -859,7 +859,7 @@ def test_delivery_simulation_with_timeouts_never_reuses_numbers_issue13(stub_tra
         assert not after, f"seed {seed}: events after a run's terminal event: {after[:3]}"
 
 
-# -- issue 24: pauses, zombies, store rollback ---------------------------------------------
+# -- pauses, zombies, store rollback ---------------------------------------------
 
 
 def _invariants(seed: int, published: list[Outbound]) -> None:
@@ -889,7 +889,7 @@ def _check_against_reference(seed: int, **kind: Any) -> None:
     assert usage == ref_usage, f"seed {seed}: usage records differ"
 
 
-def test_delivery_simulation_with_zombies_matches_the_reference_issue24(stub_translators: None) -> None:
+def test_delivery_simulation_with_zombies_matches_the_reference(stub_translators: None) -> None:
     """Item 2: owners freeze and the group moves on without telling them; the zombies go on
     fetching, writing and sending (their commits refused) — paused ones drop their runs first
     (the stall rule), cut-off ones do not. What they send is derived from records and journals,
@@ -898,21 +898,21 @@ def test_delivery_simulation_with_zombies_matches_the_reference_issue24(stub_tra
         _check_against_reference(seed, zombies=True)
 
 
-def test_delivery_simulation_of_live_traffic_with_zombies_matches_the_reference_issue27(stub_translators: None) -> None:
+def test_delivery_simulation_of_live_traffic_with_zombies_matches_the_reference(stub_translators: None) -> None:
     """Records arrive while the workers consume (``live``): most runs are met at their first
     record past the log end, and presumed new — stepped from an empty journal without reading it
-    (issue 27 item 2). Crashes, rebalances and zombies that go on writing: the fence on the run's
+   . Crashes, rebalances and zombies that go on writing: the fence on the run's
     first write stands in for the read, and the outcome is still exactly the reference's."""
     for seed in seeds(SEEDS // 5):
         _check_against_reference(seed, zombies=True, live=True)
 
 
-def test_delivery_simulation_of_live_traffic_with_timeouts_and_zombies_never_reuses_numbers_issue27(stub_translators: None) -> None:
+def test_delivery_simulation_of_live_traffic_with_timeouts_and_zombies_never_reuses_numbers(stub_translators: None) -> None:
     """Live traffic, runs presumed new, expiry decided at any moment by the owner and by zombies
     (paused or cut off; some asked about their membership a moment before the group moved on):
-    one number never carries two events and a run ends once. Before issue 27 a zombie cut off
-    from the coordinator before its first commit expired runs without asking (it had no offsets
-    to ask with) while the new owner sent a continuing run's outputs early: seed 88 published a
+    one number never carries two events and a run ends once. A zombie cut off from the
+    coordinator before its first commit must not expire runs without asking (it has no offsets
+    to ask with) while the new owner sends a continuing run's outputs: that published a
     ``RUN_ERROR`` and a ``TEXT_MESSAGE_CONTENT`` under one number."""
     for seed in seeds(SEEDS // 5):
         scenario = _scenario(random.Random(seed))
@@ -922,7 +922,7 @@ def test_delivery_simulation_of_live_traffic_with_timeouts_and_zombies_never_reu
         _invariants(seed, published)
 
 
-def test_delivery_simulation_expiring_by_stream_time_matches_the_reference_issue24(stub_translators: None) -> None:
+def test_delivery_simulation_expiring_by_stream_time_matches_the_reference(stub_translators: None) -> None:
     """Item 1: expiry ticks all along, by the stream clock fed as the adapter feeds it. Every run
     in the log has its records there, so a worker that lags, crashes, rewinds or is a paused
     zombie must never expire one: the outcome is the reference's (no ``inactivity_timeout``)."""
@@ -930,7 +930,7 @@ def test_delivery_simulation_expiring_by_stream_time_matches_the_reference_issue
         _check_against_reference(seed, timeouts=True, stream_time=True, zombies=True)
 
 
-def test_delivery_simulation_with_timeouts_and_paused_zombies_never_reuses_numbers_issue24(stub_translators: None) -> None:
+def test_delivery_simulation_with_timeouts_and_paused_zombies_never_reuses_numbers(stub_translators: None) -> None:
     """Expiry decided at any moment (every open run times out), by the owner and by paused
     zombies: a decision is journaled under the fence before its ``RUN_ERROR`` is sent, so one
     number never carries two events and a run ends once."""
@@ -940,7 +940,7 @@ def test_delivery_simulation_with_timeouts_and_paused_zombies_never_reuses_numbe
         _invariants(seed, published)
 
 
-def test_delivery_simulation_with_store_rollback_never_reuses_numbers_issue24(stub_translators: None) -> None:
+def test_delivery_simulation_with_store_rollback_never_reuses_numbers(stub_translators: None) -> None:
     """Item 4: backups are taken and the store is put back to one of them (its epoch id kept).
     The write count against the witness catches it before any run is resumed from an old journal;
     runs whose journal lost entries are refused (``store_lost``), never renumbered.
@@ -956,13 +956,13 @@ def test_delivery_simulation_with_store_rollback_never_reuses_numbers_issue24(st
         _invariants(seed, published)
 
 
-def test_the_simulation_catches_a_store_without_the_fence_or_the_witness_issue24(monkeypatch: pytest.MonkeyPatch, stub_translators: None) -> None:
+def test_the_simulation_catches_a_store_without_the_fence_or_the_witness(monkeypatch: pytest.MonkeyPatch, stub_translators: None) -> None:
     """The new scenarios are real checks. Without the fence, zombies cut off from the group (no
     pause) that expire runs while producers go on sending reuse numbers; without the witness, a
     restored store renumbers runs. With both, no seed breaks: the race the fence alone left open
     — a zombie's ``RUN_ERROR`` winning the fence a moment after the owner restored the run, the
     owner's outputs of the next record already sent — is closed by the machine holding a restored
-    run's outputs until its first write is accepted (issue 24; found by this test with the old
+    run's outputs until its first write is accepted (found by this test with the old
     model, 1 seed in 200)."""
 
     def caught(**kind: Any) -> int:

@@ -1,4 +1,4 @@
-"""The sans-I/O parts of issue 24: stream time, the fence, the witness, decisions journaled, and
+"""The sans-I/O parts of ownership: stream time, the fence, the witness, decisions journaled, and
 the worker's stall and store-probe rules (no services: the clients never connect)."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _accept_all(n: Normalizer, records: list[RawRecord], journal: list[JournalEn
 # -- item 1: stream time ----------------------------------------------------------------------
 
 
-def test_stream_time_grows_only_between_two_fresh_caught_up_confirmations_issue24_item1() -> None:
+def test_stream_time_grows_only_between_two_fresh_caught_up_confirmations() -> None:
     clock = SilenceClock(step=1.0)
     for t in (10.0, 11.0, 12.0):
         clock.observe(0, caught_up=True, fetched_at=t)
@@ -66,7 +66,7 @@ def test_stream_time_grows_only_between_two_fresh_caught_up_confirmations_issue2
     assert clock.at(0) == 0.0
 
 
-def test_a_lagging_or_paused_partition_never_expires_a_run_issue24_item1() -> None:
+def test_a_lagging_or_paused_partition_never_expires_a_run() -> None:
     n = Normalizer(translators=translator_for)
     n.clock.step = 1.0
     _accept_all(n, _records()[:4])
@@ -82,7 +82,7 @@ def test_a_lagging_or_paused_partition_never_expires_a_run_issue24_item1() -> No
 # -- items 2, 3: the fence ----------------------------------------------------------------------
 
 
-def test_every_write_for_a_run_carries_the_head_it_expects_and_the_one_it_sets_issue24_item2() -> None:
+def test_every_write_for_a_run_carries_the_head_it_expects_and_the_one_it_sets() -> None:
     n = Normalizer(translators=translator_for)
     n.token = "a"
     steps = _accept_all(n, _records())
@@ -92,14 +92,14 @@ def test_every_write_for_a_run_carries_the_head_it_expects_and_the_one_it_sets_i
     assert next_head("7.b", "a") == "8.a" and next_head("", "a") == "1.a"
 
 
-def test_the_fence_rule_issue24_item2() -> None:
+def test_the_fence_rule() -> None:
     assert fence_accepts("3.b", "3.b", "4.a", ended=False)
     assert fence_accepts("4.a", "3.b", "4.a", ended=False)  # our own write landed, its reply was lost
     assert not fence_accepts("5.b", "3.b", "4.a", ended=False)  # another worker wrote since
     assert not fence_accepts("3.b", "3.b", "4.a", ended=True)  # another worker ended it
 
 
-def test_a_restore_reads_the_head_and_a_moved_run_is_dropped_issue24_item2() -> None:
+def test_a_restore_reads_the_head_and_a_moved_run_is_dropped() -> None:
     records = _records()
     first = Normalizer(translators=translator_for)
     journal = [s.journal_append for s in _accept_all(first, records[:3]) if s.journal_append is not None]
@@ -111,7 +111,7 @@ def test_a_restore_reads_the_head_and_a_moved_run_is_dropped_issue24_item2() -> 
     assert second.open_runs == 0 and second.needs_restore(second.route(records[4]))  # type: ignore[arg-type]
 
 
-def test_a_gap_decision_is_journaled_and_a_later_owner_ends_the_run_the_same_way_issue24_item3() -> None:
+def test_a_gap_decision_is_journaled_and_a_later_owner_ends_the_run_the_same_way() -> None:
     """The run's producer moved to a new partition; its owner saw rw-seq 5 before the old
     partition's rw-seq 3 and 4 were journaled, and ended it ``sequence_gap``. A worker that
     restores the run afterwards — even for rw-seq 3 — ends it with the same events, never
@@ -132,7 +132,7 @@ def test_a_gap_decision_is_journaled_and_a_later_owner_ends_the_run_the_same_way
 # -- item 4: the witness ----------------------------------------------------------------------
 
 
-def test_the_witness_counts_per_epoch_and_rides_in_the_commit_metadata_issue24_item4() -> None:
+def test_the_witness_counts_per_epoch_and_rides_in_the_commit_metadata() -> None:
     w = Witness()
     w.adopt("e1", 5)
     w.saw(9)
@@ -144,7 +144,7 @@ def test_the_witness_counts_per_epoch_and_rides_in_the_commit_metadata_issue24_i
     assert journal_complete([0, 1, -1, -3], 2) and not journal_complete([1], 2)
 
 
-def test_on_a_cluster_the_witness_keeps_its_own_count_per_master_and_commits_it_issue24_item4() -> None:
+def test_on_a_cluster_the_witness_keeps_its_own_count_per_master_and_commits_it() -> None:
     """A Redis Cluster: a shard can go back alone (its replica promoted without the last writes)
     while the epoch hash, elsewhere, is intact. The witness keeps this worker's count per master
     (anchor slot), dated; the commits carry them, and a start-up finds a shard below one."""
@@ -175,7 +175,7 @@ def test_on_a_cluster_the_witness_keeps_its_own_count_per_master_and_commits_it_
     assert parse_shards("rw-w=e1:0|tok@x|1=2") == [] and parse_shards("rw-w=e1:0") == []
 
 
-def test_a_run_restored_in_a_loss_window_is_refused_on_a_gap_not_renumbered_issue24_item4() -> None:
+def test_a_run_restored_in_a_loss_window_is_refused_on_a_gap_not_renumbered() -> None:
     records = _records()
     journal = [s.journal_append for s in _accept_all(Normalizer(translators=translator_for), records[:1]) if s.journal_append is not None]
     n = Normalizer(translators=translator_for)
@@ -192,7 +192,7 @@ def test_a_run_restored_in_a_loss_window_is_refused_on_a_gap_not_renumbered_issu
 # -- smaller points -------------------------------------------------------------------------
 
 
-def test_an_identical_copy_after_the_end_is_a_duplicate_and_the_marker_says_so_issue24() -> None:
+def test_an_identical_copy_after_the_end_is_a_duplicate_and_the_marker_says_so() -> None:
     records = _records()
     n = Normalizer(translators=translator_for)
     steps = _accept_all(n, records)
@@ -215,7 +215,7 @@ def _worker() -> NormalizerWorker:
     return NormalizerWorker(WorkerSettings(inactivity_timeout_s=4), None, store, telemetry)  # type: ignore[arg-type]
 
 
-async def test_a_stalled_worker_drops_every_run_before_it_steps_again_issue24_item2() -> None:
+async def test_a_stalled_worker_drops_every_run_before_it_steps_again() -> None:
     worker = _worker()
     _accept_all(worker.normalizer, _records()[:3])
     assert worker.normalizer.open_runs == 1
@@ -226,7 +226,7 @@ async def test_a_stalled_worker_drops_every_run_before_it_steps_again_issue24_it
 
 
 @pytest.mark.parametrize("policy", ["volatile-lru", "allkeys-lru", "volatile-ttl"])
-async def test_an_evicting_store_is_refused_unless_said_dedicated_issue24_item5(policy: str) -> None:
+async def test_an_evicting_store_is_refused_unless_said_dedicated(policy: str) -> None:
     from reasonwire.workers.services.startup import refuse_evicting_store
 
     class _Redis:

@@ -1,4 +1,4 @@
-"""workers/ops/handoff.py: the worker's poll → producer hand-off recorder (issue 27's targets inside the worker)."""
+"""workers/ops/handoff.py: the worker's poll → producer hand-off recorder (the hand-off targets inside the worker)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from reasonwire.workers.ops.telemetry.normalizer import NormalizerTelemetry
 from tests.conformance.oracle import LOCAL_FIXTURES
 
 
-def test_off_unless_the_variable_names_a_file_issue27() -> None:
+def test_off_unless_the_variable_names_a_file() -> None:
     """Off by default: the production worker records nothing and keeps nothing."""
     off = handoff.from_env({})
     assert not off.enabled
@@ -34,7 +34,7 @@ def test_off_unless_the_variable_names_a_file_issue27() -> None:
     assert not handoff.from_env({handoff.ENV: ""}).enabled
 
 
-def test_a_sample_is_the_time_since_the_poll_started_issue27(tmp_path: Path) -> None:
+def test_a_sample_is_the_time_since_the_poll_started(tmp_path: Path) -> None:
     rec = handoff.Recorder(tmp_path / "h.json")
     started = time.perf_counter() - 0.004
     rec.handed(started, False)
@@ -45,7 +45,7 @@ def test_a_sample_is_the_time_since_the_poll_started_issue27(tmp_path: Path) -> 
     assert orjson.loads((tmp_path / "h.json").read_bytes())["samples"] == [list(s) for s in rec.samples]
 
 
-def test_the_samples_are_written_when_the_process_exits_issue27(tmp_path: Path) -> None:
+def test_the_samples_are_written_when_the_process_exits(tmp_path: Path) -> None:
     """The benchmark stops the worker with SIGTERM and reads the file: written at exit."""
     out = tmp_path / "handoff.json"
     code = "import time; from reasonwire.workers.ops import handoff; handoff.recorder.handed(time.perf_counter() - 0.002, True)"
@@ -108,10 +108,10 @@ class _Consumer:
         self.commits.append(offsets)
 
 
-async def test_the_worker_hands_off_continuing_and_after_write_outputs_issue27(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_worker_hands_off_continuing_and_after_write_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A poll's outputs sent while it is stepped record a continuing hand-off; those sent after
     its Redis write (a run that ended, and a run this worker has just restored from its journal,
-    whose outputs wait for its first accepted write — issue 24) an after-write ("terminal") one.
+    whose outputs wait for its first accepted write) an after-write ("terminal") one.
     Fails on a worker that does not call the recorder."""
     recorder = handoff.Recorder(tmp_path / "h.json")
     monkeypatch.setattr(handoff, "recorder", recorder)

@@ -145,7 +145,7 @@ def test_redelivered_record_after_a_crash_is_reprocessed_from_the_journal() -> N
     assert _events(replayed) == whole[len(_events(first_steps[:4])):]
 
 
-def test_a_held_run_is_never_restored_over_the_state_it_has_issue13() -> None:
+def test_a_held_run_is_never_restored_over_the_state_it_has() -> None:
     """The old rule restored a held run from the journal whenever a record skipped ahead; with
     the poll's own writes not yet in the store that rebuilt the run from nothing (finding 2)."""
     n = Normalizer(translators=translator_for)
@@ -156,7 +156,7 @@ def test_a_held_run_is_never_restored_over_the_state_it_has_issue13() -> None:
 
 
 def test_silent_ingress_closes_the_run_as_interrupted() -> None:
-    """Silence is stream time (issue 24 item 1): confirmed caught-up time on the run's partition."""
+    """Silence is stream time: confirmed caught-up time on the run's partition."""
     n = Normalizer(translators=translator_for)
     n.clock.step = 1.0
     records = _records(end=None)

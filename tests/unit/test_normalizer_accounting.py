@@ -1,4 +1,4 @@
-"""Issue 13 / 18, the pure decisions: every raw record is accounted for (processed, dead-lettered
+"""The pure decisions of record accounting: every raw record is accounted for (processed, dead-lettered
 with a code, or counted as a redelivery), ``rw-event-seq`` follows the accepted input only, and
 one record's failure ends its own run and nothing else."""
 
@@ -55,7 +55,7 @@ def _dead(steps: list[Step]) -> list[tuple[str | None, bytes | None]]:
     return [(o.header("rw-dlq-code"), o.value) for s in steps for o in s.outbound if o.topic == topics.DLQ]
 
 
-def test_a_gap_ends_the_run_sequence_gap_right_after_the_accepted_events_issue13() -> None:
+def test_a_gap_ends_the_run_sequence_gap_right_after_the_accepted_events() -> None:
     records = _records()
     whole = _events(_feed(Normalizer(translators=translator_for), records))
     k = 6
@@ -68,11 +68,11 @@ def test_a_gap_ends_the_run_sequence_gap_right_after_the_accepted_events_issue13
     assert_valid_stream([e for _, e in events])
     codes = [c for c, _ in _dead(steps)]
     assert codes == ["sequence_gap"] + ["run_ended"] * (len(records) - k - 3)  # the end record is no news
-    # the gap record is not accepted input; the decision is journaled (issue 24: a later owner finds it)
+    # the gap record is not accepted input; the decision is journaled (a later owner finds it)
     assert steps[k].run_ended and steps[k].journal_append is not None and steps[k].journal_append.seq == core.GAP_SEQ
 
 
-def test_a_bad_record_in_a_burst_does_not_restart_the_run_from_an_empty_journal_issue13() -> None:
+def test_a_bad_record_in_a_burst_does_not_restart_the_run_from_an_empty_journal() -> None:
     """Finding 2's mechanism: the poll's journal writes are not in the store yet when the record
     after a dead-lettered one arrives; an empty journal must not rebuild the run from nothing."""
     records = _records()
@@ -84,7 +84,7 @@ def test_a_bad_record_in_a_burst_does_not_restart_the_run_from_an_empty_journal_
     assert [c for c, _ in _dead(steps)] == ["invalid_envelope", "sequence_gap", "run_ended", "run_ended"]
 
 
-def test_an_end_record_for_an_unknown_run_is_dead_lettered_not_a_phantom_issue13_finding6() -> None:
+def test_an_end_record_for_an_unknown_run_is_dead_lettered_not_a_phantom_finding6() -> None:
     n = Normalizer(translators=translator_for)
     for seq, control in ((0, Control.END), (5, Control.END), (2, Control.ABORT)):
         record = RawRecord(b"ghost", None, tuple(RunEnvelope("openai-responses", "ghost", "t").headers(seq, control=control)))
@@ -93,7 +93,7 @@ def test_an_end_record_for_an_unknown_run_is_dead_lettered_not_a_phantom_issue13
     assert n.open_runs == 0
 
 
-def test_duplicates_identical_are_counted_conflicting_are_dead_lettered_issue13() -> None:
+def test_duplicates_identical_are_counted_conflicting_are_dead_lettered() -> None:
     records = _records()
     n = Normalizer(translators=translator_for)
     _feed(n, records[:6])
@@ -106,7 +106,7 @@ def test_duplicates_identical_are_counted_conflicting_are_dead_lettered_issue13(
     assert _events(rest)[-1][1]["type"] == "RUN_FINISHED"  # the run goes on
 
 
-def test_a_conflicting_record_redelivered_after_a_crash_is_still_a_conflict_issue13() -> None:
+def test_a_conflicting_record_redelivered_after_a_crash_is_still_a_conflict() -> None:
     """Restored from a journal that holds the accepted record for its rw-seq, a different record
     under that number is dead-lettered — not translated as new input over used numbers."""
     records = _records()
@@ -120,7 +120,7 @@ def test_a_conflicting_record_redelivered_after_a_crash_is_still_a_conflict_issu
     assert _events(steps[1:]) == [e for e in whole if e[0] >= whole.index(_events(steps[1:])[0])]
 
 
-def test_records_after_the_end_are_dead_lettered_redeliveries_counted_issue13() -> None:
+def test_records_after_the_end_are_dead_lettered_redeliveries_counted() -> None:
     records = _records()
     n = Normalizer(translators=translator_for)
     steps = _feed(n, records)
@@ -134,7 +134,7 @@ def test_records_after_the_end_are_dead_lettered_redeliveries_counted_issue13() 
     assert _dead([step]) == [("run_ended", records[3].value)]
 
 
-def test_the_ended_marker_keeps_where_the_run_ended_issue13() -> None:
+def test_the_ended_marker_keeps_where_the_run_ended() -> None:
     assert Ended.parse(Ended(3, 41).marker()) == Ended(3, 41)
     assert Ended.parse(b"1") == Ended()  # a marker from before: ended, position unknown
     assert Ended.parse(False) is None and Ended.parse(None) is None
@@ -148,7 +148,7 @@ def test_the_ended_marker_keeps_where_the_run_ended_issue13() -> None:
     assert isinstance(late, RunInput) and _dead([n.accept(late, now=0.0)]) == [("run_ended", records[2].value)]
 
 
-def test_an_exception_in_the_translator_fails_its_run_only_issue18() -> None:
+def test_an_exception_in_the_translator_fails_its_run_only() -> None:
     def exploding(*args: Any, **kwargs: Any) -> Any:
         translator = translator_for(*args, **kwargs)
         feed = translator.feed
@@ -170,7 +170,7 @@ def test_an_exception_in_the_translator_fails_its_run_only_issue18() -> None:
     assert theirs[-1][1]["type"] == "RUN_FINISHED"
 
 
-def test_an_output_too_large_for_its_topic_ends_the_run_too_large_issue13_finding3() -> None:
+def test_an_output_too_large_for_its_topic_ends_the_run_too_large_finding3() -> None:
     records = _records()
     k = next(i for i, r in enumerate(records) if r.value and b"summary_text.delta" in r.value)
     event = json.loads(records[k].value or b"")
@@ -186,7 +186,7 @@ def test_an_output_too_large_for_its_topic_ends_the_run_too_large_issue13_findin
     assert_valid_stream([e for _, e in events])
 
 
-def test_a_dead_letter_too_large_for_the_dlq_is_cut_with_its_size_and_sha256_issue13_finding3() -> None:
+def test_a_dead_letter_too_large_for_the_dlq_is_cut_with_its_size_and_sha256_finding3() -> None:
     value = bytes(range(256)) * 4000
     headers: list[tuple[str, bytes | None]] = [("rw-run-id", b"r"), ("x-big", b"h" * 50_000), ("x-null", None), ("rw-dlq-reason", b"why"), ("rw-dlq-code", b"malformed_event")]
     key, cut, kept = fit_dead_letter(b"k", value, headers, 20_000)
@@ -201,7 +201,7 @@ def test_a_dead_letter_too_large_for_the_dlq_is_cut_with_its_size_and_sha256_iss
     assert fit_dead_letter(b"k", b"small", headers[:1], 20_000) == (b"k", b"small", headers[:1])  # fits: untouched
 
 
-def test_route_never_raises_issue13_finding1() -> None:
+def test_route_never_raises_finding1() -> None:
     weird = RawRecord(b"k", b"v", (("rw-run-id", b"\xff"), ("rw-provider", None), ("x", b"\x00")))
     routed = Normalizer(translators=translator_for).route(weird)
     assert isinstance(routed, DeadLetter) and routed.code is DeadLetterCode.INVALID_ENVELOPE
@@ -210,7 +210,7 @@ def test_route_never_raises_issue13_finding1() -> None:
     assert isinstance(routed, DeadLetter) and routed.code is DeadLetterCode.UNREADABLE
 
 
-def test_a_timeout_is_journaled_so_a_restart_never_numbers_a_late_record_over_it_issue13() -> None:
+def test_a_timeout_is_journaled_so_a_restart_never_numbers_a_late_record_over_it() -> None:
     """The timeout's RUN_ERROR went out, the worker died before the ended marker: the new owner
     finds the decision in the journal, ends the run the same way (same events, same numbers) and
     dead-letters the late record — it used to translate it into the number RUN_ERROR had."""
@@ -232,7 +232,7 @@ def test_a_timeout_is_journaled_so_a_restart_never_numbers_a_late_record_over_it
     assert again.skipped and not again.outbound
 
 
-def test_no_timeout_is_judged_while_records_that_may_be_published_are_redone_issue13() -> None:
+def test_no_timeout_is_judged_while_records_that_may_be_published_are_redone() -> None:
     """After a rewind (or on a partition first fetched) the records up to what was stepped (or to
     the log end) may have been published already: a timeout between two of them would number its
     RUN_ERROR over the later one's event. The core waits until it is past them."""
@@ -253,14 +253,14 @@ def test_no_timeout_is_judged_while_records_that_may_be_published_are_redone_iss
     assert fresh.replaying(0) and fresh.expire(now=10_000.0, timeout_s=1) == []
 
 
-def test_a_unicode_digit_seq_is_an_invalid_envelope_not_an_exception_issue13() -> None:
+def test_a_unicode_digit_seq_is_an_invalid_envelope_not_an_exception() -> None:
     record = _records()[1]
     headers = tuple((k, "²".encode() if k == "rw-seq" else v) for k, v in record.headers)
     routed = Normalizer(translators=translator_for).route(RawRecord(record.key, record.value, headers, 0, 1))
     assert isinstance(routed, DeadLetter) and routed.code is DeadLetterCode.INVALID_ENVELOPE
 
 
-def test_a_usage_record_that_cannot_be_serialized_costs_the_usage_not_the_run_issue18() -> None:
+def test_a_usage_record_that_cannot_be_serialized_costs_the_usage_not_the_run() -> None:
     def refusing(grammar: Any, /, **kwargs: Any) -> Any:
         """Translators whose usage record holds a value its serializer refuses (the translator let
         it through): the core's ``record_json`` fails on it, compiled or not."""

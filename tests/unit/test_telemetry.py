@@ -685,7 +685,7 @@ def test_replays_dropped_by_issuer_are_counted_by_provider_and_reason_R8() -> No
     assert points == [({"gen_ai.provider.name": "anthropic", "reasonwire.replay.drop_reason": "foreign_issuer"}, 1)]
 
 
-# -- issue 17: nothing per record for a run that is not traced -------------------------------
+# -- nothing per record for a run that is not traced -------------------------------
 
 
 def _with_traceparent(records: list[RawRecord], traceparent: str) -> list[RawRecord]:

@@ -1,4 +1,4 @@
-"""The worker keeps the garbage collector out of its latency tail (issue 17, docs/benchmarks.md)."""
+"""The worker keeps the garbage collector out of its latency tail (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from reasonwire.workers.ops.gc_pause import GC_GEN0_THRESHOLD, tune_gc
 
 
 def test_after_start_up_everything_alive_is_frozen_and_young_collections_wait_for_20000_allocations() -> None:
-    """Issue 27 item 3: a young collection per poll over the poll's own live objects was ~12 %
+    """A young collection per poll over the poll's own live objects was ~12 %
     of the worker's CPU at 2 000."""
     before = gc.get_threshold()
     try:

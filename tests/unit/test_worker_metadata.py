@@ -1,7 +1,6 @@
 """How the normalizer's raw-topic consumer is built.
 
-It sees partitions added to the raw topic well within the inactivity timeout (issue 27, make
-chaos ``raw_partitions``): otherwise a run whose ingress moved to a new partition is silent on
+It sees partitions added to the raw topic well within the inactivity timeout: otherwise a run whose ingress moved to a new partition is silent on
 its old one for longer than the timeout and ends ``inactivity_timeout``, its remaining records
 dead-lettered ``run_ended``. And it fetches with the operator's ``RW_FETCH_*`` settings."""
 
@@ -28,7 +27,7 @@ def test_the_raw_topic_consumer_is_built_with_that_metadata_age() -> None:
 
 
 def test_the_raw_topic_consumer_fetches_with_the_settings_wait_and_size() -> None:
-    """RW_FETCH_MAX_WAIT_MS / RW_FETCH_MIN_BYTES reach the consumer (issue 27: an operator may trade
+    """RW_FETCH_MAX_WAIT_MS / RW_FETCH_MIN_BYTES reach the consumer (an operator may trade
     latency for fewer, fuller polls at moderate rates); the defaults are Kafka's, as docs/operations.md
     states."""
     app, _ = create_app(WorkerSettings(fetch_max_wait_ms=7, fetch_min_bytes=1234))

@@ -5,7 +5,7 @@ Two small pure objects, fed by the adapter (``workers/services/normalizer.py``) 
 * :class:`Backoff` — capped exponential backoff with *equal jitter*: the n-th
   consecutive failure waits ``d/2 + U(0, d/2)`` with ``d = min(cap, initial * 2**n)``.
   Without it a failing poll was retried at once, ~1,500 times in 8 s of Redis
-  outage (issue 13, finding 4). Half of each step is fixed so replicas never
+  outage. Half of each step is fixed so replicas never
   retry in a tight loop; the other half is random so replicas that failed
   together do not retry together. The cap bounds how late the worker notices
   a recovery: at most one step (``cap``) after the service is back.

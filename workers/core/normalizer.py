@@ -24,7 +24,7 @@ once: a record redelivered after its outputs were published but before its
 offset was committed is published again with the same ``rw-event-seq``, so
 consumers can drop the duplicate.
 
-Record accounting (issue 13, ``reasonwire.workers.core.delivery``): every raw record is
+Record accounting (``reasonwire.workers.core.delivery``): every raw record is
 processed, dead-lettered with a code, or counted as a redelivery. A run accepts
 its input strictly in ``rw-seq`` order; a gap ends it (``sequence_gap``), a
 different record under an accepted ``rw-seq`` is a conflict, a provider event
@@ -149,7 +149,7 @@ class Step:
 
     One is built per raw record, so it holds no object it does not need: ``artefacts``,
     ``warnings``, ``reasoning`` and ``secrets`` are the shared empty tuple unless the record
-    has some (then a list); read them, never append to them (issue 27 item 3)."""
+    has some (then a list); read them, never append to them."""
 
     run: RunKey | None
     thread_id: str | None
@@ -240,7 +240,7 @@ class Ended(NamedTuple):
     offset: int = -1
     digests: str = ""
     """Short digests (hex) of the run's last accepted records (``_DIGESTS_KEPT`` at most): a copy
-    of one of them arriving after the end is a duplicate, not a late record (issue 24). Kept in
+    of one of them arriving after the end is a duplicate, not a late record. Kept in
     the ended marker, so the judgement is the same whoever makes it."""
     accepted: int = 0
     """How many records the run accepted (the ``rw-seq`` after its last one)."""
@@ -347,7 +347,7 @@ class Normalizer:
         """``RW_AGUI_VERSION``: at 1.1 each encrypted value carries its ``encryptedValueType``."""
         self._translator_for = translators
         """Makes each run's translator (``reasonwire.workers.translators.translator_for``): handed
-        in, so the core never imports the translators built on it (issue 27)."""
+        in, so the core never imports the translators built on it."""
         self.limits = limits or OutputLimits()
         """The broker's size limit per output topic (the worker sets them from the topics' configs)."""
         self._runs: dict[RunKey, _RunState] = {}
@@ -367,7 +367,7 @@ class Normalizer:
         """This worker's name in the journal heads it writes (the adapter sets a random one)."""
         self._doubtful: set[RunKey] = set()
         """Runs restored while the store may have lost entries (its loss window): a gap there may be
-        the store's, not the input's, so it is refused (``store_lost``), never decided (issue 24)."""
+        the store's, not the input's, so it is refused (``store_lost``), never decided."""
         self._heads: dict[RunKey, str] = {}
         """Run → its journal head as this worker last read or wrote it (the fence, ``Step.fence``)."""
 
@@ -951,7 +951,7 @@ class Normalizer:
             try:  # a run failed before its translator started, or by the translator's fault: no usage
                 usage = state.translator.usage_record(tenant=env.tenant)
                 problems = usage.tokens.inconsistencies()
-                blob = record_json(usage)  # may refuse what the translator let through (issue 18)
+                blob = record_json(usage)  # may refuse what the translator let through
             except Exception as exc:
                 step.warnings = [*step.warnings, TranslatorWarning("usage_unavailable", f"no usage record ({type(exc).__name__})", state.translator.line)]
             else:

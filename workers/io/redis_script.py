@@ -20,7 +20,7 @@ poll, which the worker rewinds and redoes after its backoff — a retry here cou
 script twice whose reply was lost) and no per-command reply callbacks (the script's only
 reply is a status: see :data:`WRITE_OPS`).
 
-The write script is also the fence of issue 24 (``workers/core/fence.py``): before anything is
+The write script is also the fence (``workers/core/fence.py``): before anything is
 written it checks each written run's journal head and ended marker, and the store's write count
 against the witness; it writes all of a poll or nothing. On a Redis Cluster a script may only
 touch one slot: there a slot holding fenced runs' journals is written by this same script with

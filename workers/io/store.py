@@ -11,10 +11,10 @@ transaction may touch one hash slot only: the same writes go as one transaction 
 (every key of a thread shares one, a run's journal has its own), in poll order within a
 slot — a slot holding a fenced run's journal as one call of the fencing write script —, each
 master's writes followed by this process's write counter there (the rollback witness per
-shard, issue 24), and a batch that ends a run waits for a replica's acknowledgement (``WAIT``)
+shard), and a batch that ends a run waits for a replica's acknowledgement (``WAIT``)
 before its terminal event is published (:mod:`reasonwire.workers.io.redis_slots`).
 
-Store loss (issue 13, finding 5). A Redis that restarts without its data (no
+Store loss. A Redis that restarts without its data (no
 persistence, ``SHUTDOWN NOSAVE`` without AOF, ``FLUSHALL``, a failover to an
 empty replica) would make the worker rebuild open runs from nothing and publish
 ``rw-event-seq`` numbers already used by different events. The worker claims an
@@ -79,7 +79,7 @@ same (only if it is still the store's: racing workers replace it once)."""
 
 
 class RunsMoved(Exception):
-    """The fence refused a poll (issue 24): another worker wrote for these runs since this one
+    """The fence refused a poll: another worker wrote for these runs since this one
     last read or wrote them, or ended them. Nothing of the poll was written."""
 
     def __init__(self, runs: Sequence[RunKey]) -> None:
@@ -134,7 +134,7 @@ class ArtefactStore:
         means the store was wiped). Safe to race: one script creates or reads it atomically.
         ``witnessed``: per epoch id, the highest write count committed with the group's offsets
         (start-up); a store behind the count of its own id was restored from an older copy, and
-        gets a new epoch marked lost (issue 24 item 4)."""
+        gets a new epoch marked lost."""
         now_ms = str(int(time.time() * 1000))
         rolled_back, self._rolled_back = self._rolled_back, None
         if witnessed is not None:  # start-up: the commits' counts, for the id the store has now
@@ -189,7 +189,7 @@ class ArtefactStore:
         """Whether a run can be resumed from this journal at record ``seq``. Outside a loss
         window: always (gaps are the core's business). Inside: every record before ``seq``
         (``0..seq-1``) must be in the journal — else entries vanished with the store, and resuming
-        would renumber events already published (issue 13, finding 5). Negative fields (the core's
+        would renumber events already published. Negative fields (the core's
         bookkeeping, e.g. a run's timeout) and entries after ``seq`` are not judged."""
         return journal_resumable((e.seq for e in journal), ended=ended, upto=seq, doubtful=self.loss_window())
 

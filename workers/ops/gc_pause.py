@@ -1,4 +1,4 @@
-"""Keep the garbage collector out of a poll's stepping (issue 27 item 3).
+"""Keep the garbage collector out of a poll's stepping.
 
 Stepping a poll of 200 raw records allocates a few thousand containers that live until the poll
 is handed over (steps, output records, their header lists, journal entries): more than the
@@ -39,7 +39,7 @@ GC_GEN0_THRESHOLD = 20_000
 
 
 def tune_gc() -> None:
-    """Keep the garbage collector off the CPU and out of the latency tail (issues 17 and 27).
+    """Keep the garbage collector off the CPU and out of the latency tail.
 
     Once started, the worker holds ~90 000 long-lived objects (modules, translators' tables,
     clients). CPython's full collection walks all of them: 0.1–0.5 s paused twice per ~30 000

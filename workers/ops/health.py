@@ -1,6 +1,6 @@
 """The worker's health: failure classification, the log throttle, ``/healthz`` + ``/readyz`` + ``/metrics``, metrics.
 
-Adapter code around the pure :mod:`reasonwire.workers.core.backoff` (issue 13, findings 4 and 5):
+Adapter code around the pure :mod:`reasonwire.workers.core.backoff`:
 
 * :func:`classify` names a failure by component and exception *type* — never its
   text, which may quote a value (P8) — and says whether it is a known
@@ -26,7 +26,7 @@ Adapter code around the pure :mod:`reasonwire.workers.core.backoff` (issue 13, f
 * :func:`wait_until_allowed` — a worker that finds something in its way at start-up (its
   topics missing: :func:`reasonwire.workers.io.topics_admin.wait_for_topics`; an evicting
   Redis) reports not ready and waits, with one log line, instead of exiting (a crash loop
-  under a Deployment or ``restart: unless-stopped``; issue 23 item 2).
+  under a Deployment or ``restart: unless-stopped``).
 * :class:`HealthMetrics` — failed polls, retries and store losses (counters) and
   consumer lag per partition (an observable gauge), through the guarded
   telemetry (P8: attributes from the allowlist only).
@@ -313,7 +313,7 @@ async def wait_until_allowed(
     ``restart: unless-stopped``, while a waiting one stays not ready — ``/readyz`` 503 with the
     obstacle's body — and starts by itself once the operator fixes it. ``obstacle()`` answers
     ``(one log line, /readyz body)`` or ``None``; it is asked again every ``interval_s``. One
-    warning line when the wait starts, one when it ends (issue 23 item 2, issue 24 item 5)."""
+    warning line when the wait starts, one when it ends."""
     waited = False
     while (found := await obstacle()) is not None:
         line, body = found

@@ -1,4 +1,4 @@
-"""Retry one unit of work in place with backoff, logging state changes only (issue 24 item 6).
+"""Retry one unit of work in place with backoff, logging state changes only.
 
 The normalizer's poll loop waits a capped, jittered backoff between failed attempts and logs
 one line per state change (``workers/core/backoff.py``). A FastStream subscriber that raises

@@ -474,7 +474,7 @@ class GatewaySettings(LogSettings, TopicSettings, RedisSettings, KafkaSettings):
 
     @property
     def origins(self) -> list[str]:
-        """``cors_origins`` as a list (CORS allow-list; issue 23 item 11)."""
+        """``cors_origins`` as a list (CORS allow-list)."""
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
 

@@ -9,8 +9,8 @@ no request can reach another tenant's state), replay, publish the
 request or a replay that fails before the call is answered with ``ok: false``
 and a code, never dropped; an infrastructure failure (Redis, the broker) is
 retried in place with a jittered backoff, logging state changes only
-(:class:`~reasonwire.workers.ops.retry.Retrying`, issue 24 item 6: a NACK redelivered
-at once, thousands of times a second with a traceback each). Requests are
+(:class:`~reasonwire.workers.ops.retry.Retrying`: a NACK would be redelivered at once,
+thousands of times a second with a traceback each). Requests are
 read from the group's committed offset, or from the end for a new group: a
 caller waits for its reply, and answering requests nobody waits for any more
 helps no one.
@@ -197,7 +197,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
         if settings.health_port:  # the same probes as the normalizer's (deploy/helm: liveness, readiness), and /metrics
             health["server"] = HealthServer(lambda: replay_readiness(broker, store, worker), host=settings.health_host, port=settings.health_port, metrics=telemetry.scrape)
             await health["server"].start()
-        await topics_admin.wait_for_topics(lambda: ensure_replay_topics(settings), health.get("server"))  # missing: not ready, wait (issue 23 item 2)
+        await topics_admin.wait_for_topics(lambda: ensure_replay_topics(settings), health.get("server"))  # missing: not ready, wait
 
     @app.on_shutdown
     async def _close() -> None:
@@ -211,7 +211,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
 def run(settings: WorkerSettings | None = None) -> None:
     """``reasonwire worker replay``: run until SIGINT/SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    install_log_throttle()  # aiokafka logs every failed connection attempt (as the normalizer, issue 24 item 6)
+    install_log_throttle()  # aiokafka logs every failed connection attempt (as the normalizer)
     app, _ = create_app(settings)
     with topics_admin.start_failures(log):
         asyncio.run(app.run())

@@ -18,9 +18,9 @@ Routes (docs/gateway.md):
 * ``GET /readyz`` — 200 while Kafka, Redis and every partition reader are reachable, else 503.
 
 Every ``/v1`` data route needs an API key (401 without one). Runs are keyed by tenant:
-another tenant's run is answered exactly like one that does not exist (issue 26 item 7).
+another tenant's run is answered exactly like one that does not exist.
 
-Under real clients (issue 26): a reader is written in bounded pieces and one that stops
+Under real clients: a reader is written in bounded pieces and one that stops
 reading for ``client_stall_s`` is cut off *without* a clean end (its ``Last-Event-ID``
 resumes it) — a stream ends cleanly only after the run's terminal event; writes in flight
 are capped in total (``max_buffered_bytes``); every id is checked against one grammar
@@ -67,7 +67,7 @@ from reasonwire.workers.services.ingress.publisher import IngressError, Publishe
 from reasonwire.workers.io.kafka_security import client_kwargs
 from reasonwire.workers.ops.metrics import GatewayCounts, GatewayMetrics, RequestMetrics, gateway_metrics
 from reasonwire.workers.io.redis_connect import connect
-from reasonwire.workers.ops.settings import GatewaySettings  # the settings model (issue 23 item 8); imported from here too
+from reasonwire.workers.ops.settings import GatewaySettings  # the settings model; imported from here too
 from reasonwire.workers.io.producer_config import DURABLE
 
 __all__ = ["GatewaySettings", "create_app"]
@@ -149,7 +149,7 @@ def _libc() -> Any:
 def _heap_trimmer() -> Callable[[], object] | None:
     """glibc's ``malloc_trim``, or None elsewhere. The pieces written to readers are freed as soon
     as they are sent, but glibc keeps freed heap pages (fragmented among live objects) in the
-    process: trimming after readers leave gives them back to the system (issue 26 item 2)."""
+    process: trimming after readers leave gives them back to the system."""
     import ctypes
 
     trim = getattr(_libc(), "malloc_trim", None)
@@ -674,10 +674,10 @@ def create_app(settings: GatewaySettings | None = None, keys: KeyBook | None = N
         Route("/v1/viewer", viewer, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-        Route("/metrics", gateway_metrics, methods=["GET"]),  # Prometheus (reasonwire.workers.ops.metrics; issue 23 item 6)
+        Route("/metrics", gateway_metrics, methods=["GET"]),  # Prometheus (reasonwire.workers.ops.metrics)
     ]
     middleware = [Middleware(RequestMetrics, metrics=gateway.metrics, access_log=settings.access_log)]  # outermost: every request counted
-    if settings.origins:  # a browser app on another origin (HttpAgent, CopilotKit): issue 23 item 11
+    if settings.origins:  # a browser app on another origin (HttpAgent, CopilotKit)
         middleware.append(
             Middleware(
                 CORSMiddleware,

@@ -19,8 +19,7 @@ the log grows — the cost per client is an index, a waiter and at most one writ
 written 64 KiB at a time as it reads, never handed a joined copy of the run).
 
 Runs are keyed by (tenant, run id) everywhere here: two tenants' run ids never meet,
-and another tenant's run is found exactly as often as one that does not exist (issue 26
-item 7). A reader whose consumer fails retries with backoff and jitter, keeping its runs
+and another tenant's run is found exactly as often as one that does not exist. A reader whose consumer fails retries with backoff and jitter, keeping its runs
 and its position (:mod:`reasonwire.workers.core.backoff`), logging state changes only.
 
 Memory: a reader starts ``lookback_s`` back in its partition (so an ended run is
@@ -124,7 +123,7 @@ class RunLog:
         Written in pieces of at most ``chunk_bytes`` (several frames joined, or one frame cut): the
         caller awaits each write, so a slow reader holds one piece, not the run. After every write
         the log is looked at again — what arrived while a write waited is sent before the end: the
-        stream ends only once every frame up to the terminal one was yielded (issue 26 item 1)."""
+        stream ends only once every frame up to the terminal one was yielded."""
         index = after + 1
         while True:
             if index < len(self.frames):
