@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 
 from reasonwire.workers.core import normalizer as core
 from reasonwire.workers.core.fence import (
-    MAX_METADATA_SHARDS, ShardCount, SilenceClock, Witness, fence_accepts, journal_complete, next_head, parse_metadata, parse_shards, shards_behind, stalled,
+    MAX_METADATA_SHARDS, ShardCount, SilenceClock, Witness, epoch_refused, fence_accepts, journal_complete, next_head, parse_metadata, parse_shards, shards_behind, stalled,
     witnessed,
 )
 from reasonwire.workers.core.normalizer import Ended, JournalEntry, Normalizer, RawRecord, RunInput, Step
@@ -130,6 +130,14 @@ def test_a_gap_decision_is_journaled_and_a_later_owner_ends_the_run_the_same_way
 
 
 # -- item 4: the witness ----------------------------------------------------------------------
+
+
+def test_a_store_is_refused_when_its_epoch_is_missing_or_another_or_its_count_is_below_the_witness() -> None:
+    """The epoch rule the store's scripts state in Lua (EPOCH_RULE): unchecked without a claimed
+    epoch; a missing or other id is a loss; a count below the witness under the same id a rollback."""
+    assert not epoch_refused(None, None, 0, 9)
+    assert epoch_refused("e1", None) and epoch_refused("e1", "e2", 9, 0)
+    assert epoch_refused("e1", "e1", 4, 5) and not epoch_refused("e1", "e1", 5, 5) and not epoch_refused("e1", "e1", 0, 0)
 
 
 def test_the_witness_counts_per_epoch_and_rides_in_the_commit_metadata() -> None:

@@ -17,6 +17,7 @@ from reasonwire.workers.ops import handoff
 from reasonwire.workers.core.fence import Witness
 from reasonwire.workers.core.normalizer import RawRecord
 from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
+from reasonwire.workers.io.outbox import open_outbox
 from reasonwire.workers.services.normalizer import NormalizerWorker
 from reasonwire.workers.ops.settings import WorkerSettings
 from reasonwire.workers.io.sse import read_events
@@ -118,7 +119,7 @@ async def test_the_worker_hands_off_continuing_and_after_write_outputs(tmp_path:
     telemetry = NormalizerTelemetry(setup_telemetry(install_global=False, env={}), group_id="g")
     worker = NormalizerWorker(WorkerSettings(), None, _Store(), telemetry)  # type: ignore[arg-type]
     worker.producer = _Producer()  # type: ignore[assignment]
-    await worker.start_outbox()
+    worker.outbox = await open_outbox(worker.producer)
     worker.consumer = consumer = _Consumer()  # type: ignore[assignment]
     run = RunEnvelope("openai-responses", "r1", "thread-r1")
     with (LOCAL_FIXTURES / "openai-responses" / "c_interleaved_reasoning_tool_calls.jsonl").open() as f:

@@ -70,8 +70,8 @@ async def test_a_revoked_partition_is_no_longer_reported_in_the_lag() -> None:
     from reasonwire.contracts import topics
 
     worker, _ = _worker(timeout_s=30)
-    worker.health_metrics.lag.update({0: 5, 1: 7})
+    worker.health.metrics.lag.update({0: 5, 1: 7})
     await worker.forget([TopicPartition(topics.RAW, 1)])
-    assert worker.health_metrics.lag == {0: 5}
+    assert worker.health.metrics.lag == {0: 5}
 
 

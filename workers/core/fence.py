@@ -135,6 +135,15 @@ def fence_accepts(current: str, expected: str, new: str, ended: bool) -> bool:
     return not ended and current in (expected, new)
 
 
+def epoch_refused(expected: str | None, current: str | None, count: int = 0, witness: int = 0) -> bool:
+    """The store check before every write and journal read (the store's scripts state it once in
+    Lua, ``EPOCH_RULE`` in workers/io/redis_script.py): with an epoch claimed (``expected``;
+    ``None``: unchecked), a store whose id is missing or another lost its data, and one with that
+    id whose write ``count`` is below ``witness`` (the highest count known acknowledged under it)
+    went back in time. Either is refused before anything is read from it or written into it."""
+    return expected is not None and (current != expected or count < witness)
+
+
 @dataclass(frozen=True)
 class ShardCount:
     """One worker's write count on one Redis Cluster master, as a commit's metadata carries it.
@@ -211,8 +220,9 @@ class Witness:
             self.count = count
 
     def rolled_back(self, epoch: str, store_count: int) -> bool:
-        """Whether a store at ``store_count`` writes under ``epoch`` is behind what was acknowledged."""
-        return epoch == self.epoch and store_count < self.count
+        """Whether a store at ``store_count`` writes under ``epoch`` is behind what was acknowledged
+        (a count only witnesses its own epoch: :func:`epoch_refused` with the ids equal)."""
+        return epoch == self.epoch and epoch_refused(epoch, epoch, store_count, self.count)
 
     def metadata(self) -> str:
         """What each offset commit carries: ``rw-w=<epoch id>:<count>``, and on a cluster this

@@ -21,11 +21,29 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+from reasonwire.contracts import topics
 from reasonwire.workers.core.normalizer import Outbound
 from reasonwire.workers.io.partitions import partition_of
 
 _PARTITION_CACHE = 65_536
 """Remembered (topic, run key) → partition choices; cleared when full (recomputed identically)."""
+
+
+async def open_outbox(producer: Any) -> Outbox:
+    """The outbox of a started producer: every output topic's partitions, read once (a run keeps its partition)."""
+    partitions = {topic: sorted(await producer.partitions_for(topic)) for topic in topics.ALL if topic != topics.RAW}
+    return Outbox(producer, partitions)
+
+
+async def broker_answers(producer: Any) -> str:
+    """``"ok"``, or the type name of the failure of a metadata request (2 s at most): the
+    worker's health tick and ``/readyz`` ask the broker the same way."""
+    try:
+        assert producer is not None
+        await asyncio.wait_for(producer.client.fetch_all_metadata(), 2.0)
+    except Exception as exc:
+        return type(exc).__name__
+    return "ok"
 
 
 class _Batch:

@@ -53,13 +53,24 @@ class Op:
         return str(self.args[0])
 
 
-_EPOCH_FIRST = """
-if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end
-if ARGV[2] ~= '' and tonumber(redis.call('HGET', KEYS[1], 'w') or '0') < tonumber(ARGV[2]) then return 0 end
+EPOCH_RULE = """
+local function epoch_refused(key, expected, witness)
+  if expected == '' then return false end
+  if redis.call('HGET', key, 'id') ~= expected then return true end
+  return witness ~= '' and tonumber(redis.call('HGET', key, 'w') or '0') < tonumber(witness)
+end
 """
-"""Both scripts start here: KEYS[1] is the epoch hash, ARGV[1] the id expected ('' = unchecked),
+"""The store's epoch check in Lua, once, for every script that makes it (:data:`WRITE_OPS`,
+:data:`READ_HASHES` and the epoch claim of :mod:`reasonwire.workers.io.store`): the rule of
+:func:`~reasonwire.workers.core.fence.epoch_refused` — the epoch hash ``key``'s id is not the one
+``expected`` ('' = unchecked), or its write count ``w`` is below ``witness`` ('' = unchecked)."""
+
+_EPOCH_FIRST = EPOCH_RULE + """if epoch_refused(KEYS[1], ARGV[1], ARGV[2]) then return 0 end
+"""
+"""Both store scripts start here: KEYS[1] is the epoch hash, ARGV[1] the id expected ('' = unchecked),
 ARGV[2] the lowest write count the store may have (the witness, ``workers/core/fence.py``; '' =
-unchecked): a store whose id changed, or whose count went back (a restored copy), is refused."""
+unchecked, and always so when ARGV[1] is): a store whose id changed, or whose count went back (a
+restored copy), is refused."""
 
 HEAD_FIELD = "-3"
 """The journal hash's field holding the run's head (``<writes>.<worker token>``): a negative

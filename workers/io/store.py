@@ -43,10 +43,10 @@ from reasonwire.contracts.store import (
     artefact_key, artefact_slot, ended_key, journal_key, open_run_member, open_runs_key, parse_open_run_member, shard_count_key, thread_index_key,
     thread_runs_key,
 )
-from reasonwire.workers.core.fence import StoreLost as StoreLost, Witness, Witnessed, journal_resumable, shards_behind
+from reasonwire.workers.core.fence import StoreLost as StoreLost, Witness, Witnessed, epoch_refused, journal_resumable, shards_behind
 from reasonwire.workers.core.normalizer import ENVELOPE_SEQ, HEAD_SEQ, JournalEntry, RunKey, Step
 from reasonwire.workers.core.wire import record_json
-from reasonwire.workers.io.redis_script import HEAD_FIELD, READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
+from reasonwire.workers.io.redis_script import EPOCH_RULE, HEAD_FIELD, READ_HASHES, WRITE_OPS, ServerScript, read_call, write_call
 from reasonwire.workers.io.redis_slots import Fence, Op, SlotWriter, queue, slot_of, slot_tag
 
 _SSE_SEPARATOR = b"\x00"
@@ -59,12 +59,12 @@ once a worker found the store had lost data. Not hash-tagged: one per store (in 
 Cluster, read with its own slot's commands — the check is then a separate round trip)."""
 
 
-_CLAIM_EPOCH = """
+_CLAIM_EPOCH = EPOCH_RULE + """
 local id = redis.call('HGET', KEYS[1], 'id')
 if not id then
   redis.call('HSET', KEYS[1], 'id', ARGV[1], 'created_ms', ARGV[2])
   if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'lost_ms', ARGV[2]) end
-elseif id == ARGV[5] and (ARGV[6] == '1' or tonumber(redis.call('HGET', KEYS[1], 'w') or '0') < tonumber(ARGV[4])) then
+elseif id == ARGV[5] and (ARGV[6] == '1' or epoch_refused(KEYS[1], ARGV[5], ARGV[4])) then
   redis.call('HSET', KEYS[1], 'id', ARGV[1], 'lost_ms', ARGV[2], 'rolled_back_ms', ARGV[2], 'w', ARGV[4])
 end
 return redis.call('HGETALL', KEYS[1])
@@ -194,7 +194,8 @@ class ArtefactStore:
         return journal_resumable((e.seq for e in journal), ended=ended, upto=seq, doubtful=self.loss_window())
 
     def _check_epoch(self, reply: bytes | None) -> None:
-        if reply is None or reply.decode() != self.epoch:
+        """A cluster: the epoch id read after the per-slot writes (its counts are judged per master)."""
+        if epoch_refused(self.epoch, reply.decode() if reply is not None else None):
             raise StoreLost
 
     async def apply(self, steps: Iterable[Step], opened: Mapping[RunKey, tuple[int, bytes]] | None = None) -> int:

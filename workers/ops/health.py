@@ -30,6 +30,8 @@ Adapter code around the pure :mod:`reasonwire.workers.core.backoff`:
 * :class:`HealthMetrics` — failed polls, retries and store losses (counters) and
   consumer lag per partition (an observable gauge), through the guarded
   telemetry (P8: attributes from the allowlist only).
+* :class:`WorkerHealth` — the normalizer worker's side of it: the degraded state and its
+  log lines, those counts, each partition's lag, and the lines single records cause.
 """
 
 from __future__ import annotations
@@ -46,8 +48,10 @@ import orjson
 from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
-from reasonwire.workers.core.backoff import ServiceFailure
+from reasonwire.workers.core.backoff import Degradation, Report, ServiceFailure
+from reasonwire.workers.core.delivery import DeadLetterCode
 from reasonwire.workers.core.fence import StoreLost
+from reasonwire.workers.core.normalizer import DeadLetter, RunInput, Step
 
 log = logging.getLogger("reasonwire.health")
 
@@ -362,3 +366,98 @@ class HealthMetrics:
 
         for partition, lag in list(self.lag.items()):  # a snapshot: the exporter runs in its own thread
             yield Observation(max(0, lag), {self._v.MESSAGING_DESTINATION_PARTITION_ID: str(partition)})
+
+
+# -- the normalizer worker's health and the lines records cause ------------------------------
+
+
+class WorkerHealth:
+    """The normalizer worker's health bookkeeping, beside the delivery machine that decides the
+    backoff: the degraded state and its log lines (one per state change, and the periodic
+    summary), the failure, retry and store-loss counts, each partition's lag, and the WARNING
+    lines single records cause, one per kind a minute (:class:`RepeatGate`; the metrics count all)."""
+
+    def __init__(self, telemetry: Any, log: logging.Logger) -> None:
+        self.log = log
+        self.degradation = Degradation()
+        self.metrics = HealthMetrics(telemetry)
+        self.repeats = RepeatGate()
+
+    @property
+    def degraded(self) -> str | None:
+        """The cause of the degraded state (``/readyz``), ``None`` while healthy."""
+        return self.degradation.cause if self.degradation.degraded else None
+
+    def failed(self, exc: BaseException, delay: float) -> None:
+        """Count the failure the machine backed off after, and log only on a state change (or the
+        periodic summary): a retry per poll logged a traceback per poll."""
+        failure = classify(exc)
+        self.metrics.failed(failure)
+        self.metrics.retried(failure)
+        if isinstance(exc, StoreLost):
+            self.metrics.store_lost.add(1)
+        self.report(self.degradation.failed(failure, time.monotonic(), delay), exc)
+
+    def recovered(self) -> None:
+        self.report(self.degradation.succeeded(time.monotonic()))
+
+    def summary(self) -> None:
+        """The summary line while degraded (the health tick)."""
+        self.report(self.degradation.summary(time.monotonic()))
+
+    def report(self, report: Report | None, exc: BaseException | None = None) -> None:
+        if report is not None:
+            level = {"info": logging.INFO, "warning": logging.WARNING}.get(report.level, logging.ERROR)
+            self.log.log(level, "%s", report.message, exc_info=exc if report.traceback else None)
+
+    def committed(self, partition: int, high: int | None, offset: int) -> None:
+        """A commit went through: the partition's lag behind the broker's high watermark."""
+        if high is not None:
+            self.metrics.lag[partition] = high - offset
+
+    def forget(self, partitions: Iterable[int]) -> None:
+        """Partitions revoked: their lag is the new owner's to report."""
+        for partition in partitions:
+            self.metrics.lag.pop(partition, None)
+
+    def warn_repeating(self, kind: Any, line: str, *args: Any) -> None:
+        """A WARNING that one record causes: logged once per ``kind`` a minute, the next one saying
+        how many were held back (:class:`RepeatGate`); the metrics count all."""
+        held = self.repeats.admit(kind)
+        if held is not None:
+            self.log.warning(line + "%s", *args, held_back_note(held))
+
+    def log_step(self, item: DeadLetter | RunInput | None, step: Step, stats: dict[str, int]) -> None:
+        """What a record caused (a warning, a dead letter, a skip), counted in ``stats``. Codes and
+        exception types only: never a record's content (P8)."""
+        log = self.log
+        if isinstance(item, DeadLetter):
+            record = item.record
+            self.warn_repeating(
+                ("dead_letter", item.code), "dead-lettered raw record at partition %d offset %d (%s): %s",
+                record.partition, record.offset, item.code, item.reason,
+            )
+            return
+        if item is None:
+            return
+        for warning in step.warnings:  # content-free by construction (P8); counted by the metrics
+            self.warn_repeating(
+                ("warning", item.envelope.grammar, warning.code), "run %s line %d: %s", item.envelope.run_id, warning.line, warning.message
+            )
+        if step.dead_letter is DeadLetterCode.STORE_LOST and step.run is None:
+            stats["store_lost"] += 1
+            log.debug("run %s rw-seq %d: journal lost with the store; dead-lettered", item.envelope.run_id, item.envelope.seq)
+        elif step.dead_letter is not None:
+            record = item.record
+            line = "run %s: record at partition %d offset %d dead-lettered (%s)%s"
+            args = (item.envelope.run_id, record.partition, record.offset, step.dead_letter, f" after {step.error}" if step.error else "")
+            if step.dead_letter is DeadLetterCode.RUN_ENDED:
+                # a late record is counted (metrics, DLQ), not logged at WARNING: a producer that
+                # keeps sending after its run ended must not flood the log
+                log.debug(line, *args)
+            else:
+                self.warn_repeating(("dead_letter", step.dead_letter), line, *args)
+        if step.skipped:
+            stats["skipped"] += 1
+            # normal operation (the ingress's end record after the provider's own end): not INFO per run
+            log.debug("run %s: record skipped (%s)", item.envelope.run_id, step.skipped)

@@ -8,10 +8,13 @@ docs/operations.md "Delivery and recovery"). The adapter feeds the machine each 
 outcome of each action, and performs the actions it returns: journal reads, writes and ended
 markers against :class:`~reasonwire.workers.io.store.ArtefactStore`, sends through
 :class:`~reasonwire.workers.io.outbox.Outbox`, commits and seeks on the subscriber's consumer
-(``AckPolicy.MANUAL``). What only a process can know stays here: the broker's high watermarks
-(the machine's stream clock), event-loop stalls, the backoff after a failure and the health it
-reports, logs, and the traces of :mod:`reasonwire.workers.ops.telemetry.normalizer`, whose guards
-keep content out of spans, metrics and logs (P8, docs/telemetry.md).
+(``AckPolicy.MANUAL``). What only a process can know is fed in from here: the broker's high
+watermarks (the machine's stream clock) and the event loop's stalls. The bookkeeping around the
+actions lives in the modules that own it: per-flight traces, hand-off timing and counts in
+:class:`~reasonwire.workers.ops.telemetry.normalizer.Flights` (whose guards keep content out of
+spans, metrics and logs: P8, docs/telemetry.md), the degraded state, lag and the lines records
+cause in :class:`~reasonwire.workers.ops.health.WorkerHealth`, ``/readyz`` and the rebalance
+hooks in :mod:`reasonwire.workers.services.normalizer_app`.
 """
 
 from __future__ import annotations
@@ -33,20 +36,17 @@ from reasonwire.workers.core.actions import (
     Acknowledged, Action, Adopted, BackedOff, Close, Commit, FailureKind, Forgot, Probe, ReadJournals, ReadOpenRuns, RecoverStore, Recovered, Retired,
     Seek, Send, Stepped, Write,
 )
-from reasonwire.workers.core.backoff import Backoff, Degradation, Report
-from reasonwire.workers.core.delivery import DeadLetterCode
+from reasonwire.workers.core.backoff import Backoff
 from reasonwire.workers.core.delivery_machine import DeliveryMachine
-from reasonwire.workers.core.normalizer import DeadLetter, Normalizer, RawRecord, RunInput, Step
-from reasonwire.workers.io.outbox import Outbox
+from reasonwire.workers.core.normalizer import Normalizer, RawRecord
+from reasonwire.workers.io.outbox import Outbox, broker_answers
 from reasonwire.workers.io.store import ArtefactStore, RunsMoved, StoreLost
-from reasonwire.workers.ops import handoff
 from reasonwire.workers.ops.gc_pause import collection_paused
-from reasonwire.workers.ops.health import HealthMetrics, RepeatGate, classify, held_back_note
+from reasonwire.workers.ops.health import WorkerHealth
 from reasonwire.workers.ops.intervals import expiry_interval
 from reasonwire.workers.ops.retry import jitter
 from reasonwire.workers.ops.settings import WorkerSettings
-from reasonwire.workers.ops.telemetry.normalizer import NormalizerTelemetry
-from reasonwire.workers.services.startup import committed_witness
+from reasonwire.workers.ops.telemetry.normalizer import Flights, NormalizerTelemetry
 from reasonwire.workers.translators import translator_for
 
 log = logging.getLogger("reasonwire.normalize")
@@ -62,10 +62,9 @@ class NormalizerWorker:
 
     Each I/O action runs as its own task (a poll's journal read, its sends, its Redis write, the
     ended markers, the commit), so the I/O of several polls overlaps as the machine allows;
-    sends are appended synchronously, in the order returned, to the :class:`Outbox`. What stays
-    here is what only a process can know: the broker's assignment and high watermarks (fed to
-    the machine's stream clock), the event loop's stalls, the backoff after a failure and the
-    health it reports, logs, metrics and traces.
+    sends are appended synchronously, in the order returned, to the :class:`Outbox`. What it
+    feeds in is what only a process can know: the broker's assignment and high watermarks (the
+    machine's stream clock) and the event loop's stalls; it sleeps out the machine's backoff.
     """
 
     def __init__(self, settings: WorkerSettings, broker: KafkaBroker, store: ArtefactStore, telemetry: NormalizerTelemetry) -> None:
@@ -86,21 +85,15 @@ class NormalizerWorker:
         self.outbox: Outbox | None = None
         self.consumer: AIOKafkaConsumer | None = None
         """The subscriber's consumer (known from the first poll): commits and rewinds go through it."""
-        self.stats: dict[str, int] = {"records": 0, "events": 0, "artefacts": 0, "dead_letters": 0, "skipped": 0, "store_lost": 0}
-        self._traces: dict[int, Any] = {}
-        """Flight → its batch trace (telemetry), from the poll to its retirement."""
-        self._polled: dict[int, float] = {}
-        """Flight → ``time.perf_counter()`` when its poll reached :meth:`handle` (the hand-off
-        timing of workers/ops/handoff.py; expiry flights have none)."""
+        self.flights = Flights(telemetry)
+        """Per flight its trace and hand-off time; the worker's counts (``stats``)."""
+        self.stats = self.flights.stats
         self._tasks: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
         self._last_error: BaseException | None = None
         """The exception of the failure being reported (logged with the machine's :class:`BackedOff`)."""
-        # -- health: one log line per state change (the backoff itself is the machine's)
-        self.degradation = Degradation()
-        self.health_metrics = HealthMetrics(telemetry.telemetry)
-        self.repeats = RepeatGate()
-        """Per-record WARNING lines (translator warnings, dead letters): one per kind per minute."""
+        self.health = WorkerHealth(telemetry.telemetry, log)
+        """One log line per state change (the backoff itself is the machine's), lag, per-record WARNING lines."""
 
     @property
     def closing(self) -> bool:
@@ -122,9 +115,7 @@ class NormalizerWorker:
             actions = self.machine.poll(records, self._log_ends(records), now=time.monotonic())
             flight = next((a.flight for a in actions if isinstance(a, (Probe, ReadJournals, Stepped))), None)
             if flight is not None:
-                self._traces[flight] = self.telemetry.batch(records).__enter__()
-                if handoff.recorder.enabled:
-                    self._polled[flight] = polled
+                self.flights.opened(flight, records, polled)
             self._take(actions)
 
     def tick(self) -> None:
@@ -139,8 +130,7 @@ class NormalizerWorker:
         self._take(self.machine.revoke(gone))
         await self._until(lambda: not self.machine.revoking)
         self.telemetry.forget(gone)
-        for partition in gone:  # its lag is the new owner's to report
-            self.health_metrics.lag.pop(partition, None)
+        self.health.forget(gone)
 
     async def drain(self) -> None:
         """Stop taking polls and wait until every poll in flight is committed or rewound (shutdown)."""
@@ -181,9 +171,7 @@ class NormalizerWorker:
             elif isinstance(action, Stepped):
                 self._stepped(action)
             elif isinstance(action, Acknowledged):
-                trace = self._traces.get(action.flight)
-                if trace is not None:
-                    trace.acknowledged()  # the end of the records' end-to-end delay (telemetry)
+                self.flights.acknowledged(action.flight)
             elif isinstance(action, Retired):
                 self._retired(action)
             elif isinstance(action, Seek):
@@ -193,9 +181,9 @@ class NormalizerWorker:
             elif isinstance(action, Adopted):
                 log.info("%d open runs of this worker's partitions taken up from the store, to end them if their producer vanished", action.runs)
             elif isinstance(action, BackedOff):
-                self._note_failure(self._last_error or RuntimeError("failed"), action.delay_s)
+                self.health.failed(self._last_error or RuntimeError("failed"), action.delay_s)
             elif isinstance(action, Recovered):
-                self._log(self.degradation.succeeded(time.monotonic()))
+                self.health.recovered()
             else:
                 self._spawn(self._perform(action))
         self._wake()
@@ -270,12 +258,7 @@ class NormalizerWorker:
             return
         finally:
             _performing.set(None)
-        polled = self._polled.get(action.flight) if self._polled else None
-        if polled is not None:  # ``terminal``: after the poll's write (runs that ended, runs not yet confirmed)
-            handoff.recorder.handed(polled, action.terminal)
-        stats = self.stats
-        for out in action.outbound:
-            stats["dead_letters" if out.topic == topics.DLQ else "events"] += 1
+        self.flights.sent(action.flight, action.outbound, action.terminal)
         self._spawn(self._acknowledged(action, delivered))
 
     async def _acknowledged(self, action: Send, delivered: list[asyncio.Future[None]]) -> None:
@@ -290,28 +273,18 @@ class NormalizerWorker:
     def _stepped(self, action: Stepped) -> None:
         """Register the Steps' content before the store or the broker can quote it (P8), log
         what the records caused."""
-        trace = self._traces.get(action.flight)
-        if trace is None:  # an expiry's flight
-            trace = self._traces[action.flight] = self.telemetry.batch(()).__enter__()
-        trace.register([step for _, step in action.items])
-        if action.complete:
-            trace.stepped(self.machine.steps_of(action.flight), registered=True)
+        complete = self.machine.steps_of(action.flight) if action.complete else None
+        self.flights.stepped(action.flight, [step for _, step in action.items], complete)
         for item, step in action.items:
             if step.warnings or step.dead_letter is not None or step.skipped:  # most records: nothing to say
-                self._log_step(item, step)
+                self.health.log_step(item, step, self.stats)
 
     def _retired(self, action: Retired) -> None:
-        self._polled.pop(action.flight, None)
-        trace = self._traces.pop(action.flight, None)
-        if action.committed:
-            self.stats["records"] += action.records
-        if trace is None:
-            return
         failure = None if action.committed else (self._last_error or RuntimeError("rewound"))  # rewound: its records come again
         try:
-            trace.__exit__(type(failure) if failure else None, failure, None)
+            self.flights.retired(action.flight, action.records, failure)
         except Exception as exc:  # a telemetry bug must not stop delivery: the rest of this answer still runs
-            self._warn_repeating(("telemetry", type(exc).__name__), "telemetry: closing a poll's trace failed (%s)", type(exc).__name__)
+            self.health.warn_repeating(("telemetry", type(exc).__name__), "telemetry: closing a poll's trace failed (%s)", type(exc).__name__)
 
     def _seek(self, action: Seek) -> None:
         """Rewind the consumer (only partitions still assigned: a revoked one is the new owner's)."""
@@ -347,67 +320,13 @@ class NormalizerWorker:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    # -- logs for what records caused ------------------------------------------------------
-
-    def _log_step(self, item: DeadLetter | RunInput | None, step: Step) -> None:
-        """Codes and exception types only: never a record's content (P8)."""
-        if isinstance(item, DeadLetter):
-            record = item.record
-            self._warn_repeating(
-                ("dead_letter", item.code), "dead-lettered raw record at partition %d offset %d (%s): %s",
-                record.partition, record.offset, item.code, item.reason,
-            )
-            return
-        if item is None:
-            return
-        for warning in step.warnings:  # content-free by construction (P8); counted by the metrics
-            self._warn_repeating(
-                ("warning", item.envelope.grammar, warning.code), "run %s line %d: %s", item.envelope.run_id, warning.line, warning.message
-            )
-        if step.dead_letter is DeadLetterCode.STORE_LOST and step.run is None:
-            self.stats["store_lost"] += 1
-            log.debug("run %s rw-seq %d: journal lost with the store; dead-lettered", item.envelope.run_id, item.envelope.seq)
-        elif step.dead_letter is not None:
-            record = item.record
-            line = "run %s: record at partition %d offset %d dead-lettered (%s)%s"
-            args = (item.envelope.run_id, record.partition, record.offset, step.dead_letter, f" after {step.error}" if step.error else "")
-            if step.dead_letter is DeadLetterCode.RUN_ENDED:
-                # a late record is counted (metrics, DLQ), not logged at WARNING: a producer that
-                # keeps sending after its run ended must not flood the log
-                log.debug(line, *args)
-            else:
-                self._warn_repeating(("dead_letter", step.dead_letter), line, *args)
-        if step.skipped:
-            self.stats["skipped"] += 1
-            # normal operation (the ingress's end record after the provider's own end): not INFO per run
-            log.debug("run %s: record skipped (%s)", item.envelope.run_id, step.skipped)
-
-    def _warn_repeating(self, kind: Any, line: str, *args: Any) -> None:
-        """A WARNING that one record causes: logged once per ``kind`` a minute, the next one saying
-        how many were held back (:class:`~reasonwire.workers.ops.health.RepeatGate`); the metrics count all."""
-        held = self.repeats.admit(kind)
-        if held is not None:
-            log.warning(line + "%s", *args, held_back_note(held))
-
-    # -- health: backoff, state-change logging ----------------------------------------------
-
-    def _note_failure(self, exc: BaseException, delay: float) -> None:
-        """Count the failure the machine backed off after, and log only on a state change (or the
-        periodic summary): a retry per poll logged a traceback per poll."""
-        failure = classify(exc)
-        self.health_metrics.failed(failure)
-        self.health_metrics.retried(failure)
-        if isinstance(exc, StoreLost):
-            self.health_metrics.store_lost.add(1)
-        self._log(self.degradation.failed(failure, time.monotonic(), delay), exc)
+    # -- health ---------------------------------------------------------------------------
 
     def _note_lag(self, offsets: Mapping[int, int]) -> None:
         """A commit went through: each partition's lag behind the broker's high watermark."""
         consumer = self.consumer
         for partition, committed in offsets.items():
-            high = consumer.highwater(TopicPartition(topics.RAW, partition)) if consumer is not None else None
-            if high is not None:
-                self.health_metrics.lag[partition] = high - committed
+            self.health.committed(partition, consumer.highwater(TopicPartition(topics.RAW, partition)) if consumer is not None else None, committed)
 
     async def tick_health(self) -> None:
         """Called by the periodic task: is the broker reachable (a metadata request; nothing else
@@ -416,71 +335,11 @@ class NormalizerWorker:
         second (``NormalizerTelemetry.metric_flush_s``), and without a later poll only this tick
         would ever flush them."""
         self.telemetry.flush_counts()
-        self._take(self.machine.broker_answered(await self.broker_answers() == "ok"))
-        self._log(self.degradation.summary(time.monotonic()))
-
-    async def broker_answers(self) -> str:
-        """``"ok"``, or the type name of the failure of a metadata request (2 s at most): the
-        health tick and ``/readyz`` ask the broker the same way."""
-        try:
-            assert self.producer is not None
-            await asyncio.wait_for(self.producer.client.fetch_all_metadata(), 2.0)
-        except Exception as exc:
-            return type(exc).__name__
-        return "ok"
+        self._take(self.machine.broker_answered(await broker_answers(self.producer) == "ok"))
+        self.health.summary()
 
     async def _wait_for_retry(self) -> None:
         """Sleep out the machine's backoff (fetching stops meanwhile: < 1 % of a core)."""
         delay = self.machine.retry_at - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-
-    def _log(self, report: Report | None, exc: BaseException | None = None) -> None:
-        if report is not None:
-            level = {"info": logging.INFO, "warning": logging.WARNING}.get(report.level, logging.ERROR)
-            log.log(level, "%s", report.message, exc_info=exc if report.traceback else None)
-
-    @property
-    def ready(self) -> dict[str, Any]:
-        """The worker's own part of ``/readyz`` (the probes add Redis and the broker)."""
-        return {
-            "degraded": self.degradation.cause if self.degradation.degraded else None,
-            "consumer_started": self.consumer is not None,
-            "partitions": sorted(tp.partition for tp in self.consumer.assignment()) if self.consumer is not None else [],
-            "store_epoch": self.store.epoch,
-            "store_lost_ms": self.store.lost_ms,
-            "lag": {str(p): n for p, n in sorted(self.health_metrics.lag.items())},
-        }
-
-    async def adopt_committed_witness(self) -> None:
-        """Partitions were assigned: raise the store's witness to the highest write count the
-        group's commits carry for its epoch. At start-up the worker reads them once; a worker
-        that has been running since then knows only the counts its own writes saw, so a store
-        restored to a copy taken after its last write — but before the writes of a worker that
-        died and whose partitions it now takes over — would pass. One admin request
-        per rebalance; if it fails, the check waits for the worker's own writes, as before."""
-        try:
-            _, counts = await asyncio.wait_for(committed_witness(self.settings), 5.0)
-        except Exception as exc:
-            log.info("could not read the group's committed store write counts (%s)", type(exc).__name__)
-            return
-        witness = self.store.witness
-        if witness.epoch is not None:
-            witness.saw(counts.get(witness.epoch))
-
-    async def committed_offsets(self, partitions: list[TopicPartition]) -> dict[int, int | None]:
-        """The group's committed offset of each partition (``None``: none, or not readable now —
-        the expiry then waits for this worker's own first commit there)."""
-        consumer, out = self.consumer, {}
-        for tp in partitions:
-            try:
-                out[tp.partition] = await asyncio.wait_for(consumer.committed(tp), 5.0) if consumer is not None else None
-            except Exception:
-                out[tp.partition] = None
-        return out
-
-    async def start_outbox(self) -> None:
-        """The producer's partitions of every output topic, read once (a run keeps its partition)."""
-        assert self.producer is not None
-        partitions = {topic: sorted(await self.producer.partitions_for(topic)) for topic in topics.ALL if topic != topics.RAW}
-        self.outbox = Outbox(self.producer, partitions)

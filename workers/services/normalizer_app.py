@@ -23,6 +23,7 @@ from faststream.kafka.annotations import KafkaMessage
 from reasonwire.contracts import topics
 from reasonwire.workers.core.normalizer import RawRecord
 from reasonwire.workers.io import topics_admin
+from reasonwire.workers.io.outbox import broker_answers, open_outbox
 from reasonwire.workers.io.kafka_security import broker_security, client_kwargs, servers
 from reasonwire.workers.io.producer_config import DURABLE
 from reasonwire.workers.io.redis_connect import connect, redis_wait
@@ -36,20 +37,30 @@ from reasonwire.workers.ops.settings import WorkerSettings
 from reasonwire.workers.ops.telemetry import Telemetry, setup_telemetry
 from reasonwire.workers.ops.telemetry.normalizer import NormalizerTelemetry
 from reasonwire.workers.services.normalizer import NormalizerWorker
-from reasonwire.workers.services.startup import committed_witness, ensure_topics, evicting_store, output_limits, warn_unless_durable
+from reasonwire.workers.services.startup import (
+    adopt_committed_witness, committed_witness, ensure_topics, evicting_store, output_limits, warn_unless_durable,
+)
 
 log = logging.getLogger("reasonwire.normalize")
 
 
 async def readiness(worker: NormalizerWorker) -> dict[str, Any]:
     """``/readyz``: Redis answers, the broker answers, the worker is not degraded, its consumer runs."""
-    body: dict[str, Any] = dict(worker.ready)
+    consumer = worker.consumer
+    body: dict[str, Any] = {
+        "degraded": worker.health.degraded,
+        "consumer_started": consumer is not None,
+        "partitions": sorted(tp.partition for tp in consumer.assignment()) if consumer is not None else [],
+        "store_epoch": worker.store.epoch,
+        "store_lost_ms": worker.store.lost_ms,
+        "lag": {str(p): n for p, n in sorted(worker.health.metrics.lag.items())},
+    }
     try:
         await asyncio.wait_for(worker.store.redis.ping(), 1.0)
         body["redis"] = "ok"
     except Exception as exc:
         body["redis"] = type(exc).__name__
-    body["kafka"] = await worker.broker_answers()
+    body["kafka"] = await broker_answers(worker.producer)
     body["ready"] = body["redis"] == "ok" and body["kafka"] == "ok" and body["degraded"] is None and body["consumer_started"]
     return body
 
@@ -103,7 +114,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
             try:
                 worker.tick()
             except Exception as exc:  # a bug here must not stop the machine's clock: said once per kind
-                worker._warn_repeating(("tick", type(exc).__name__), "clock tick failed (%s)", type(exc).__name__)
+                worker.health.warn_repeating(("tick", type(exc).__name__), "clock tick failed (%s)", type(exc).__name__)
             await asyncio.sleep(0.25)
 
     async def health_forever() -> None:
@@ -113,7 +124,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
             try:
                 await worker.tick_health()
             except Exception as exc:  # a bug here must not stop the health loop: say it once per kind
-                worker._warn_repeating(("health", type(exc).__name__), "health tick failed (%s)", type(exc).__name__)
+                worker.health.warn_repeating(("health", type(exc).__name__), "health tick failed (%s)", type(exc).__name__)
 
     app = FastStream(broker, logger=log)
 
@@ -136,7 +147,7 @@ def create_app(settings: WorkerSettings | None = None, telemetry: Telemetry | No
             bootstrap_servers=settings.kafka_bootstrap_servers, linger_ms=0, **DURABLE, **client_kwargs()
         )
         await worker.producer.start()
-        await worker.start_outbox()
+        worker.outbox = await open_outbox(worker.producer)
 
     @app.after_startup
     async def _start_expiry() -> None:
@@ -237,11 +248,23 @@ class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         """Runs are restored lazily from their journal on their next record; the store's write
-        count is judged against what the group committed (:meth:`NormalizerWorker.adopt_committed_witness`)
+        count is judged against what the group committed (:func:`~reasonwire.workers.services.startup.adopt_committed_witness`)
         before the machine reads the partitions' open runs (those no record will bring back)."""
         worker = self.worker
         if worker is not None and assigned:
             for subscriber in worker.broker.subscribers:  # the first assignment comes before the first poll
                 worker.consumer = worker.consumer or getattr(subscriber, "consumer", None)
-            await worker.adopt_committed_witness()
-            worker._take(worker.machine.assigned(await worker.committed_offsets([tp for tp in assigned if tp.topic == topics.RAW])))
+            await adopt_committed_witness(worker.settings, worker.store)
+            worker._take(worker.machine.assigned(await committed_offsets(worker.consumer, [tp for tp in assigned if tp.topic == topics.RAW])))
+
+
+async def committed_offsets(consumer: Any, partitions: list[TopicPartition]) -> dict[int, int | None]:
+    """The group's committed offset of each partition (``None``: none, or not readable now —
+    the expiry then waits for this worker's own first commit there)."""
+    out: dict[int, int | None] = {}
+    for tp in partitions:
+        try:
+            out[tp.partition] = await asyncio.wait_for(consumer.committed(tp), 5.0) if consumer is not None else None
+        except Exception:
+            out[tp.partition] = None
+    return out

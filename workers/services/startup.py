@@ -8,6 +8,7 @@ the worker waits for.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -67,6 +68,23 @@ async def committed_witness(settings: WorkerSettings) -> tuple[bool, dict[str, i
     finally:
         await admin.close()
     return bool(offsets), witnessed(committed.metadata for committed in offsets.values())
+
+
+async def adopt_committed_witness(settings: WorkerSettings, store: ArtefactStore) -> None:
+    """Partitions were assigned: raise the store's witness to the highest write count the
+    group's commits carry for its epoch. At start-up the worker reads them once; a worker
+    that has been running since then knows only the counts its own writes saw, so a store
+    restored to a copy taken after its last write — but before the writes of a worker that
+    died and whose partitions it now takes over — would pass. One admin request
+    per rebalance; if it fails, the check waits for the worker's own writes, as before."""
+    try:
+        _, counts = await asyncio.wait_for(committed_witness(settings), 5.0)
+    except Exception as exc:
+        log.info("could not read the group's committed store write counts (%s)", type(exc).__name__)
+        return
+    witness = store.witness
+    if witness.epoch is not None:
+        witness.saw(counts.get(witness.epoch))
 
 
 async def group_has_offsets(settings: WorkerSettings) -> bool:

@@ -92,7 +92,8 @@ from reasonwire.contracts.envelope import (
 from reasonwire.contracts.grammars import Grammar
 from reasonwire.contracts.usage import UsageRecord
 from reasonwire.workers.core.delivery import DeadLetterCode
-from reasonwire.workers.core.normalizer import RawRecord, Step
+from reasonwire.workers.core.normalizer import Outbound, RawRecord, Step
+from reasonwire.workers.ops import handoff
 from reasonwire.workers.ops.telemetry import Telemetry
 from reasonwire.workers.ops.telemetry import vocabulary as v
 
@@ -732,3 +733,58 @@ def _usage_attributes(usage: UsageRecord) -> dict[str, Any]:
 
 def _present(attributes: dict[str, Any]) -> dict[str, Any]:
     return {k: val for k, val in attributes.items() if val is not None}
+
+
+class Flights:
+    """The normalizer worker's bookkeeping per flight of the delivery machine: its batch trace
+    from the poll to its retirement, the poll's hand-off time (workers/ops/handoff.py; expiry
+    flights have none), and the worker's counts (``stats``)."""
+
+    def __init__(self, telemetry: NormalizerTelemetry) -> None:
+        self.telemetry = telemetry
+        self.traces: dict[int, BatchTrace] = {}
+        self.polled: dict[int, float] = {}
+        """Flight → ``time.perf_counter()`` when its poll reached the worker (only while the
+        hand-off recorder is on)."""
+        self.stats: dict[str, int] = {"records": 0, "events": 0, "artefacts": 0, "dead_letters": 0, "skipped": 0, "store_lost": 0}
+
+    def opened(self, flight: int, records: Sequence[RawRecord], polled: float) -> None:
+        """A poll became ``flight``: its trace starts."""
+        self.traces[flight] = self.telemetry.batch(records).__enter__()
+        if handoff.recorder.enabled:
+            self.polled[flight] = polled
+
+    def stepped(self, flight: int, steps: Sequence[Step], complete: Sequence[Step] | None) -> None:
+        """Register the Steps' content before the store or the broker can quote it (P8);
+        ``complete``: every Step of the flight, once it is stepped whole."""
+        trace = self.traces.get(flight)
+        if trace is None:  # an expiry's flight
+            trace = self.traces[flight] = self.telemetry.batch(()).__enter__()
+        trace.register(steps)
+        if complete is not None:
+            trace.stepped(complete, registered=True)
+
+    def sent(self, flight: int, outbound: Sequence[Outbound], terminal: bool) -> None:
+        """A flight's outputs went to the outbox: the hand-off timing, the counts."""
+        polled = self.polled.get(flight) if self.polled else None
+        if polled is not None:  # ``terminal``: after the poll's write (runs that ended, runs not yet confirmed)
+            handoff.recorder.handed(polled, terminal)
+        stats = self.stats
+        for out in outbound:
+            stats["dead_letters" if out.topic == topics.DLQ else "events"] += 1
+
+    def acknowledged(self, flight: int) -> None:
+        """The end of the records' end-to-end delay."""
+        trace = self.traces.get(flight)
+        if trace is not None:
+            trace.acknowledged()
+
+    def retired(self, flight: int, records: int, failure: BaseException | None) -> None:
+        """The flight committed (``failure`` None) or was rewound: its trace ends (may raise: a
+        telemetry bug, which the caller reports without stopping delivery)."""
+        self.polled.pop(flight, None)
+        trace = self.traces.pop(flight, None)
+        if failure is None:
+            self.stats["records"] += records
+        if trace is not None:
+            trace.__exit__(type(failure) if failure else None, failure, None)
