@@ -156,12 +156,12 @@ async def test_no_artefact_or_reasoning_escapes_into_spans_metrics_or_logs_even_
     quoted: list[str] = []
     store_apply = worker.store.apply
 
-    async def fail_once_quoting_values(steps: list[Step]) -> int:
+    async def fail_once_quoting_values(steps: list[Step], *rest: Any) -> int:
         values = [a.value for s in steps for a in s.artefacts]
         if values and not quoted:
             quoted.extend(values)
             raise StoreOutage(f"EXEC failed: SET rw:artefact {values[0]!r} (batch values: {values})")
-        return await store_apply(steps)
+        return await store_apply(steps, *rest)
 
     worker.store.apply = fail_once_quoting_values  # type: ignore[method-assign]
 
