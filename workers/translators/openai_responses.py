@@ -260,7 +260,7 @@ class OpenAIResponsesTranslator(Translator):
         self._truncating = False
         """``response.incomplete`` is closing the run: what it closes was cut off, marked incomplete."""
 
-    def _start(self, obj: dict[str, Any] | None, raw: bytes | str) -> None:
+    def _start(self, obj: dict[str, Any] | None, raw: bytes | str | bytearray) -> None:
         if self.issuer_provider is None and obj is not None:  # Grok: its values go back to xAI only (R8)
             self.issuer_provider = responses_provider(self.stream_identity(obj)[1] or self.model)
         super()._start(obj, raw)
