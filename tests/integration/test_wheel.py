@@ -38,7 +38,8 @@ NOT_SHIPPED = shutil.ignore_patterns(".git", ".venv", "out", "build", "dist", "*
 
 
 def run(*cmd: str | Path, cwd: Path, timeout: float = 600, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # RW_NATIVE: the suite may require the checkout's compiled build; a wheel carries none
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "RW_NATIVE")}
     out = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout, env={**base, **(env or {})})
     assert out.returncode == 0 or not check, f"{cmd}: {out.stderr[-3000:]}"
     return out
