@@ -52,8 +52,9 @@ A poll becomes a flight. The rules, each the reason for one guard below:
 * Offsets are committed in flight order, several flights in one commit when they queue up, one
   commit at a time.
 * Any failure stops new work; once every action out has reported, the machine *rewinds*: it
-  seeks every partition in flight back to its first uncommitted record and drops those
-  partitions' runs; a store that lost data is recovered first; runs the fence refused are
+  seeks every partition in flight back to its first uncommitted record (records fetched before
+  the seek are stale, even once an assignment reported late says where the consumer started)
+  and drops those partitions' runs; a store that lost data is recovered first; runs the fence refused are
   dropped; an expiry's Steps that did not go out are sent again by the next expiry.
 * Revocations, stalls and shutdown wait until everything in flight has settled.
 * Every open run this worker owns ends: a run whose producer vanished has no next record to
@@ -1078,9 +1079,9 @@ class DeliveryMachine:
         committed offset — unless the rewind's seek came after that: the adapter reports an
         assignment only once it has read the committed offsets, and polls go on meanwhile. So
         the partition may restart at either, and records fetched before the seek (all past the
-        rewind's offset) stay stale: a forgotten mark let them in, and a run met past its first
-        records ended ``sequence_gap``. A committed offset not known leaves no way to tell: the
-        mark goes (a partition whose records were all dropped as stale would be wedged)."""
+        rewind's offset) stay stale — taken, a run met past its first records would end
+        ``sequence_gap``. A committed offset not known leaves no way to tell: the mark goes (a
+        partition whose records were all dropped as stale would be wedged)."""
         if partition not in self._rewound:
             return
         if committed is None or committed < 0:
