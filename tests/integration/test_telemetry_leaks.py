@@ -37,6 +37,7 @@ from tests.conformance.oracle import fixture_paths, translate_file
 from tests.integration.conftest import Collector, send
 from reasonwire.workers.core.normalizer import Step
 from reasonwire.workers.services.ingress.records import OutgoingRecord, RunEnvelope, raw_records
+from reasonwire.workers.services import normalizer_app
 from reasonwire.workers.services.normalizer_app import create_app
 from reasonwire.workers.ops.settings import WorkerSettings
 from reasonwire.workers.io.sse import read_events
@@ -150,7 +151,12 @@ async def test_no_artefact_or_reasoning_escapes_into_spans_metrics_or_logs_even_
         lg.setLevel(logging.DEBUG)
     spans, metrics = InMemorySpanExporter(), InMemoryMetricReader()
     telemetry = setup_telemetry(span_exporter=spans, metric_reader=metrics, install_global=False, env={})
-    settings = dataclasses.replace(primed_group, inactivity_timeout_s=120)
+    # Small polls: every run's records come in several, so when the store fails the consumer holds
+    # a poll fetched before the rewind's seek. The assignment is reported only after that rewind
+    # (as under load: the listener reads the committed offsets while polls go on) and within the
+    # backoff the held poll waits out: it must stay stale, or a run met past its first records
+    # ends sequence_gap.
+    settings = dataclasses.replace(primed_group, inactivity_timeout_s=120, max_batch=8, backoff_initial_s=1.0)
     app, worker = create_app(settings, telemetry)
 
     quoted: list[str] = []
@@ -164,6 +170,20 @@ async def test_no_artefact_or_reasoning_escapes_into_spans_metrics_or_logs_even_
         return await store_apply(steps, *rest)
 
     worker.store.apply = fail_once_quoting_values  # type: ignore[method-assign]
+    read_committed = normalizer_app.committed_offsets
+
+    reported: list[bool] = []
+
+    async def committed_after_the_rewind(consumer: Any, partitions: list[Any]) -> dict[int, int | None]:
+        deadline = asyncio.get_running_loop().time() + 30
+        while not reported and asyncio.get_running_loop().time() < deadline:  # the first assignment only
+            if worker.machine.degraded and not worker.machine.failing:  # rewound, the retry not yet through
+                break
+            await asyncio.sleep(0.01)
+        reported.append(True)
+        return await read_committed(consumer, partitions)
+
+    normalizer_app.committed_offsets = committed_after_the_rewind  # type: ignore[assignment]
 
     try:
         await app.start()
@@ -171,6 +191,7 @@ async def test_no_artefact_or_reasoning_escapes_into_spans_metrics_or_logs_even_
         async with Collector(settings.kafka_bootstrap_servers) as c:
             await c.until(lambda c: all(c.finished(run.run_id) for _, run, _ in runs))
     finally:
+        normalizer_app.committed_offsets = read_committed  # type: ignore[assignment]
         await app.stop()
         for lg, level in zip(loggers, saved_levels, strict=True):
             lg.removeHandler(capture)
@@ -178,6 +199,7 @@ async def test_no_artefact_or_reasoning_escapes_into_spans_metrics_or_logs_even_
         telemetry.log_guard.uninstall()
 
     assert quoted, "the store never failed: the exception path was not exercised"
+    assert reported, "the assignment was never reported"
     secrets: list[str] = []
     reasoning: list[str] = []
     deltas: list[str] = []

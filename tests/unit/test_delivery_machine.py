@@ -418,6 +418,57 @@ def test_a_partition_assigned_again_is_not_held_to_a_rewind_its_seek_could_not_p
     assert list(machine.fresh(committed_elsewhere)) == committed_elsewhere
 
 
+def test_records_fetched_before_a_rewind_stay_stale_when_the_assignment_is_reported_after_it() -> None:
+    """The adapter reports an assignment only once it has read the committed offsets, and polls
+    go on meanwhile: a rewind's seek can come after the assignment it hears of later. Records
+    fetched before that seek must stay stale, or a run met past its first records ends
+    ``sequence_gap`` with a ``RUN_STARTED`` of its own (docs/reliability.md, at least once: the
+    failed poll is redone, nothing lost) — the partition restarts at the rewind's offset or at
+    the committed one, never past them."""
+    machine = _machine()
+    records = _records("late")
+    [read] = _of(machine.poll(records[:5], {0: TAKEN_OVER}, now=0.0), ReadJournals)
+    [write] = _of(machine.journals_read(read, {read.runs[0]: ([], False)}, doubtful=False), Write)
+    [seek] = _of(machine.failed(write, FailureKind.OUTAGE), Seek)
+    assert seek.offsets == {0: 0}
+    machine.assigned({0: 0})  # the group's committed offset when the partition was assigned, read late
+    fetched_before_the_seek = records[5:9]
+    assert list(machine.fresh(fetched_before_the_seek)) == [], "stale: the run's first records would be skipped"
+    redone = records[:9]
+    assert list(machine.fresh(redone)) == redone
+    seen = _complete(machine, machine.poll(redone, {}, now=machine.retry_at))
+    events = [o for send in _of(seen, Send) for o in send.outbound if o.topic == "reasoning.events.v1"]
+    assert [int(o.header("rw-event-seq") or -1) for o in events] == list(range(len(events)))
+    assert b"RUN_STARTED" in events[0].value and not [o for o in events if b"sequence_gap" in o.value]
+
+
+def test_a_rewound_partition_reported_assigned_restarts_at_its_committed_offset_too() -> None:
+    """A partition whose seek the adapter could not perform comes back at the group's committed
+    offset, which another owner may have moved past the rewind's: its records there are taken,
+    and so are the rewind's own (whichever came last); none fetched before the seek."""
+    machine = _machine()
+    records = _records("moved")
+    _held(machine, records[:5])
+    after = _fence_refuses(machine, machine.poll(records[5:8], {}, now=0.0))
+    [seek] = _of(after, Seek)
+    assert seek.offsets == {0: 5}
+    machine.assigned({0: 9})
+    assert list(machine.fresh(records[6:9])) == [], "fetched before the seek: stale"
+    assert list(machine.fresh(records[9:11])) == records[9:11]
+    assert list(machine.fresh(records[11:12])) == records[11:12], "the mark is spent"
+
+
+def test_an_assignment_reported_after_this_workers_commit_there_does_not_take_the_group_back() -> None:
+    """The join commit commits the offset read when the assignment was reported: once this worker
+    committed past it there (polls go on before the report), it would move the group's committed
+    offset back — and at the end of traffic leave it there."""
+    machine = _machine()
+    _held(machine, _records("j")[:5])
+    joined = machine.assigned({0: 0})
+    assert not _of(joined, Commit), "committed here since: a member's commit, and a later one"
+    assert _of(machine.assigned({1: 3}), Commit), "a partition not committed here still gets its join commit"
+
+
 def test_a_poll_reads_only_the_journals_of_runs_it_does_not_hold() -> None:
     """Several records of one run in a poll: its journal is read once when the run is new here,
     and not at all while the worker holds it."""

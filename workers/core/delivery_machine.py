@@ -52,8 +52,9 @@ A poll becomes a flight. The rules, each the reason for one guard below:
 * Offsets are committed in flight order, several flights in one commit when they queue up, one
   commit at a time.
 * Any failure stops new work; once every action out has reported, the machine *rewinds*: it
-  seeks every partition in flight back to its first uncommitted record and drops those
-  partitions' runs; a store that lost data is recovered first; runs the fence refused are
+  seeks every partition in flight back to its first uncommitted record (records fetched before
+  the seek are stale, even once an assignment reported late says where the consumer started)
+  and drops those partitions' runs; a store that lost data is recovered first; runs the fence refused are
   dropped; an expiry's Steps that did not go out are sent again by the next expiry.
 * Revocations, stalls and shutdown wait until everything in flight has settled.
 * Every open run this worker owns ends: a run whose producer vanished has no next record to
@@ -317,6 +318,9 @@ class DeliveryMachine:
         """Partitions assigned to this worker and not revoked."""
         self._rewound: dict[int, int] = {}
         """After a rewind: partition → offset the redelivery starts at (records fetched before are stale)."""
+        self._restarts: dict[int, int] = {}
+        """Rewound partitions reported assigned since: partition → the committed offset the consumer
+        may have restarted at instead of the rewind's (see :meth:`assigned`)."""
         self._probe_store = False
         self._store_lost = False
         self._idle_probe = False
@@ -581,15 +585,17 @@ class DeliveryMachine:
     def assigned(self, committed: Mapping[int, int | None]) -> list[Action]:
         """Partitions were assigned (``committed``: the group's committed offset of each, ``None``
         when there is none). The consumer starts each at that offset, so a rewind mark left from
-        before no longer says where its records restart (a mark the adapter's seek could not act
-        on dropped every record of the partition as stale: ``make chaos`` zombie_worker). The
+        before no longer says alone where its records restart (a mark the adapter's seek could not
+        act on dropped every record of the partition as stale: ``make chaos`` zombie_worker) — nor
+        does the committed offset alone, since the adapter reports the assignment late: a rewind
+        in between sought after it (:meth:`_restart_at`). The
         partitions' open runs are then read from the store's index and adopted, so a run whose
         producer vanished before the move still ends. The committed offset is committed again at
         once (the *join* commit): a commit of this worker's while it is a member, which is what
         the expiry's membership question later commits again — a partition with no traffic
         gets no other commit, and its adopted runs would never be judged."""
         for partition, offset in committed.items():
-            self._rewound.pop(partition, None)
+            self._restart_at(partition, offset)
             self._owned.add(partition)
             self._to_scan.add(partition)
             if offset is not None and offset >= 0:
@@ -651,6 +657,8 @@ class DeliveryMachine:
             broken.append("an expiry waits for a membership question that is not out")
         if len(self._must_read) > MUST_READ_KEPT:
             broken.append(f"{len(self._must_read)} runs to read, more than {MUST_READ_KEPT}")
+        if not self._restarts.keys() <= self._rewound.keys():
+            broken.append(f"restart offsets of partitions not rewound: {sorted(self._restarts.keys() - self._rewound.keys())}")
         if not self._to_scan <= self._owned:
             broken.append(f"partitions to scan that are not owned: {sorted(self._to_scan - self._owned)}")
         if self.retry_at > self.now + self.backoff.cap_s + 1e-9:
@@ -903,10 +911,14 @@ class DeliveryMachine:
         if self._committing:
             return []
         if self._joining and self._revoking is None and not (self.degraded and self.now < self.retry_at):
-            offsets, self._joining = self._joining, {}
-            self._committing = True
-            self._join = Commit(offsets)
-            return [self._out(self._join)]
+            # a partition this worker committed since it was assigned needs no join commit, and the
+            # offset read at the (late reported) assignment would take the group's back
+            offsets = {p: o for p, o in self._joining.items() if p not in self._committed}
+            self._joining = {}
+            if offsets:
+                self._committing = True
+                self._join = Commit(offsets)
+                return [self._out(self._join)]
         ready = []
         for flight in self._flights:
             if flight.stage is not Stage.CLOSED:
@@ -953,6 +965,7 @@ class DeliveryMachine:
             gone, self._revoking = self._revoking, None
             for partition in gone:
                 self._rewound.pop(partition, None)
+                self._restarts.pop(partition, None)
                 self._committed.pop(partition, None)
                 self._start.pop(partition, None)
             self._owned -= gone
@@ -1034,22 +1047,48 @@ class DeliveryMachine:
         seek = {p: o for p, o in first.items() if p not in revoked}
         if seek:
             self._rewound.update(seek)
+            for partition in seek:  # sought after any assignment the adapter reported: exactly there
+                self._restarts.pop(partition, None)
             out.append(Seek(seek))
         return out + self._progress()
 
     def _fresh(self, records: Sequence[RawRecord]) -> Sequence[RawRecord]:
-        """Drop records fetched before a rewind: a rewound partition restarts at its offset."""
+        """Drop records fetched before a rewind: a rewound partition restarts at its offset — or,
+        reported assigned since, at the committed offset the consumer was given (:meth:`assigned`)."""
         if not self._rewound:
             return records
         kept = []
         for record in records:
-            start = self._rewound.get(record.partition)
+            partition = record.partition
+            start = self._rewound.get(partition)
             if start is not None:
-                if record.offset != start:
+                if not self._restarts_at(partition, start, record.offset):
                     continue
-                del self._rewound[record.partition]
+                del self._rewound[partition]
+                self._restarts.pop(partition, None)
             kept.append(record)
         return kept
+
+    def _restarts_at(self, partition: int, start: int, offset: int) -> bool:
+        """Whether a rewound partition's records may restart at ``offset``: the rewind's offset, or
+        the committed offset an assignment reported since (:meth:`_restart_at`)."""
+        return offset == start or offset == self._restarts.get(partition)
+
+    def _restart_at(self, partition: int, committed: int | None) -> None:
+        """An assignment of a rewound partition was reported. The consumer restarted it at the
+        committed offset — unless the rewind's seek came after that: the adapter reports an
+        assignment only once it has read the committed offsets, and polls go on meanwhile. So
+        the partition may restart at either, and records fetched before the seek (all past the
+        rewind's offset) stay stale — taken, a run met past its first records would end
+        ``sequence_gap``. A committed offset not known leaves no way to tell: the mark goes (a
+        partition whose records were all dropped as stale would be wedged)."""
+        if partition not in self._rewound:
+            return
+        if committed is None or committed < 0:
+            del self._rewound[partition]
+            self._restarts.pop(partition, None)
+        else:
+            self._restarts[partition] = committed
 
     # -- bookkeeping ------------------------------------------------------------------------
 
