@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -313,3 +314,38 @@ class Collector:
                         self.dlq.append((m.key, m.value, headers))
                     else:
                         self.usage[headers["rw-run-id"]].append(orjson.loads(m.value))
+
+
+def _spare_port_pair() -> int:
+    """A port whose successor is free too (the broker's controller listener)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        with socket.socket() as a, socket.socket() as b:
+            try:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no spare port pair")
+
+
+@pytest.fixture
+def private_services(tmp_path: Path) -> Any:
+    """A broker and Redis of the test's own, on spare ports, for tests that stop, restart or
+    reshape them (the session's services stay untouched); skipped where none can start."""
+    from chaos.services import Services
+
+    kafka_port = _spare_port_pair()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        redis_port = int(s.getsockname()[1])
+    services = Services(tmp_path / "state", kafka_port, redis_port, tmp_path / "services.log")
+    try:
+        services.up()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"cannot start a private broker here: {exc}")
+    yield services
+    services.down()

@@ -9,11 +9,9 @@ touches nothing the other tests use. Only processes this test started are signal
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -30,37 +28,6 @@ CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "anthropic-messages
 PUBLISH_TIMEOUT_S = 3
 ANSWER_BOUND_S = 2 * PUBLISH_TIMEOUT_S + 2
 """docs/gateway.md: an ingest during an outage is answered within twice RW_GATEWAY_PUBLISH_TIMEOUT_S."""
-
-
-def _spare_port_pair() -> int:
-    """A port whose successor is free too (the broker's controller listener)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        with socket.socket() as a, socket.socket() as b:
-            try:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no spare port pair")
-
-
-@pytest.fixture
-def private_services(tmp_path: Path) -> Any:
-    kafka_port = _spare_port_pair()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        redis_port = int(s.getsockname()[1])
-    services = Services(tmp_path / "state", kafka_port, redis_port, tmp_path / "services.log")
-    try:
-        services.up()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"cannot start a private broker here: {exc}")
-    yield services
-    services.down()
 
 
 def test_ingest_during_a_broker_outage_is_a_503_within_the_bound_and_readyz_is_false(private_services: Services, tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -34,35 +33,6 @@ pytestmark = pytest.mark.integration
 
 CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "anthropic-messages" / "c_interleaved_thinking_tool_calls.jsonl"
 GROUP = "rw-resize-test"
-
-
-def _spare_port_pair() -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        with socket.socket() as a, socket.socket() as b:
-            try:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no spare port pair")
-
-
-@pytest.fixture
-def private_services(tmp_path: Path) -> Any:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        redis_port = int(s.getsockname()[1])
-    services = Services(tmp_path / "state", _spare_port_pair(), redis_port, tmp_path / "services.log")
-    try:
-        services.up()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"cannot start a private broker here: {exc}")
-    yield services
-    services.down()
 
 
 def _apply(bootstrap: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
