@@ -25,7 +25,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.errors import MessageSizeTooLargeError, TopicAlreadyExistsError
 from redis.asyncio import Redis
 
-from chaos.load import BadCase, Run, bad_cases, fed_only, make_run, templates
+from chaos.load import BadCase, Run, bad_cases, expiry_end, fed_only, make_run, templates
 from chaos.services import Services, Worker
 from reasonwire.contracts import topics
 from reasonwire.contracts.replay import ReplayRequest, ReplayTarget
@@ -290,6 +290,7 @@ class Chaos:
         for run in vanishing:  # the producer vanishes after a few records: no end record ever comes
             run.records = run.records[: self.rng.randint(2, max(2, len(run.records) - 2))]
             run.reference = fed_only(run.envelope, run.records)
+            run.end = expiry_end(run.envelope, run.records)
             run.expect = "vanished"
         clock = self.workers["A"]
         if scenario.faketime:
@@ -908,17 +909,24 @@ def _terminals(by_seq: dict[int, list[bytes]]) -> set[bytes]:
 
 def check_vanished(run: Run, seen: Observed, row: Row) -> bool:
     """A run whose producer vanished: its published events are the offline translation of what
-    was sent, then the worker's own closing events ending in ``RUN_ERROR inactivity_timeout`` —
-    once each number, one terminal event. Counts the run in ``row.renumbered`` / ``row.ended_twice``."""
+    was sent, then the worker's own closing events ending as the translator's inactivity abort
+    ends (``RUN_ERROR inactivity_timeout``, or ``RUN_FINISHED`` where the provider's stream had
+    completed and only the end record never came) — once each number, one terminal event.
+    Counts the run in ``row.renumbered`` / ``row.ended_twice``."""
     by_seq = seen.events.get(run.run_id, {})
     renumbered = any(len({orjson.dumps(orjson.loads(c), option=orjson.OPT_SORT_KEYS) for c in copies}) > 1 for copies in by_seq.values())
     terminals = _terminals(by_seq)
     row.renumbered += renumbered
     row.ended_twice += len(terminals) > 1
     prefix = all(seq in by_seq and orjson.loads(by_seq[seq][0]) == event for seq, event in enumerate(run.reference))
-    ended_itself = bool(run.reference) and run.reference[-1].get("type") in TERMINAL  # its last record sent was the provider's end
-    ended = len(terminals) == 1 and (ended_itself or b"inactivity_timeout" in next(iter(terminals)))
+    ended = len(terminals) == 1 and _same_end(orjson.loads(next(iter(terminals))), run.end)
     return prefix and ended and not renumbered
+
+
+def _same_end(published: dict[str, Any], expected: dict[str, Any] | None) -> bool:
+    """The same terminal event type, and for an error the same code (its message names the
+    worker's timeout, which the offline reference does not know)."""
+    return expected is not None and published.get("type") == expected.get("type") and published.get("code") == expected.get("code")
 
 
 def verify(chaos: Chaos, seen: Observed, diagnostics: list[str]) -> list[Row]:

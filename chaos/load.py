@@ -21,6 +21,7 @@ import orjson
 
 from reasonwire.contracts.store import artefact_key, artefact_slot
 from reasonwire.contracts.envelope import HEADER_CONTROL, HEADER_PROVIDER, HEADER_RUN_ID, HEADER_SEQ, Control
+from reasonwire.workers.core.translator import ErrorCode
 from reasonwire.workers.core.wire import event_json
 from reasonwire.workers.services.ingress.records import OutgoingRecord, RunEnvelope, raw_records
 from reasonwire.workers.io.sse import ProviderEvent, read_events
@@ -54,6 +55,8 @@ class Run:
     """The run's opaque values (the rewritten windows are unique to this run)."""
     expect: str = "complete"
     """``complete``: the reference, whole. Bad-input rows say what they expect themselves."""
+    end: dict[str, Any] | None = None
+    """A vanished producer's run: the terminal event its inactivity expiry publishes."""
     artefact_keys: list[str] = field(default_factory=list)
     """The Redis keys of the run's artefacts once it finished (an evicting Redis loses some)."""
 
@@ -109,16 +112,36 @@ def reference_of(envelope: RunEnvelope, records: list[OutgoingRecord]) -> list[d
 
 def fed_only(envelope: RunEnvelope, records: list[OutgoingRecord]) -> list[dict[str, Any]]:
     """The events a worker publishes for ``records`` before the run is closed (a producer that
-    vanished: what comes next is the worker's own ``RUN_ERROR``, not the translator's finish)."""
-    translator = translator_for(
-        envelope.grammar, run_id=envelope.run_id, thread_id=envelope.thread_id, model=envelope.model, issuer_scope=envelope.issuer_scope
+    vanished: what comes next is the worker's own closing events, :func:`expiry_end`)."""
+    return _fed(envelope, records)[1]
+
+
+def expiry_end(envelope: RunEnvelope, records: list[OutgoingRecord]) -> dict[str, Any]:
+    """The terminal event the worker's inactivity expiry publishes after ``records``: what the
+    translator's own ``abort(inactivity_timeout)`` ends with — ``RUN_ERROR inactivity_timeout``,
+    or ``RUN_FINISHED`` when the provider's stream had already completed and only the end record
+    never came."""
+    translator, fed = _fed(envelope, records)
+    events = fed + [orjson.loads(event_json(e)) for e in translator.abort("the ingress vanished", code=ErrorCode.INACTIVITY_TIMEOUT).events]
+    return next(e for e in reversed(events) if e.get("type") in ("RUN_FINISHED", "RUN_ERROR"))  # the run's own end, if it had one
+
+
+def _translator(envelope: RunEnvelope) -> Any:
+    """The translator the worker builds for the run's envelope."""
+    return translator_for(
+        envelope.grammar, run_id=envelope.run_id, thread_id=envelope.thread_id, model=envelope.model, issuer_scope=envelope.issuer_scope,
+        issuer_provider=envelope.issuer_provider,
     )
+
+
+def _fed(envelope: RunEnvelope, records: list[OutgoingRecord]) -> tuple[Any, list[dict[str, Any]]]:
+    translator = _translator(envelope)
     out = []
     for r in records:
         if r.value is not None and HEADER_CONTROL not in dict(r.headers):
             sse = dict(r.headers).get("rw-sse-event")
             out += translator.feed(r.value, sse_event=sse.decode() if sse else None).events
-    return [orjson.loads(event_json(e)) for e in out]
+    return translator, [orjson.loads(event_json(e)) for e in out]
 
 
 def _rewrite(data: bytes, rewrites: dict[bytes, bytes]) -> bytes:
@@ -129,9 +152,7 @@ def _rewrite(data: bytes, rewrites: dict[bytes, bytes]) -> bytes:
 
 
 def _translate(envelope: RunEnvelope, events: list[ProviderEvent]) -> tuple[list[dict[str, Any]], list[Any]]:
-    translator = translator_for(
-        envelope.grammar, run_id=envelope.run_id, thread_id=envelope.thread_id, model=envelope.model, issuer_scope=envelope.issuer_scope, issuer_provider=envelope.issuer_provider
-    )
+    translator = _translator(envelope)
     out_events, artefacts = [], []
     for event in events:
         out = translator.feed(event.data, sse_event=event.sse_event)
