@@ -410,7 +410,7 @@ class Worker:
                 self.pending.append(action)
 
     def observe(self) -> None:
-        """``_observe_partitions``: each partition's high watermark and the fetch response's time."""
+        """``NormalizerWorker.tick``'s stream clock: each partition's high watermark and the fetch response's time."""
         for p in self.world.logs:
             self.machine.observe(p, high=self.world.end(p), fetched_at=float(self.world.clock))
 

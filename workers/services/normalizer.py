@@ -8,8 +8,9 @@ docs/operations.md "Delivery and recovery"). The adapter feeds the machine each 
 outcome of each action, and performs the actions it returns: journal reads, writes and ended
 markers against :class:`~reasonwire.workers.io.store.ArtefactStore`, sends through
 :class:`~reasonwire.workers.io.outbox.Outbox`, commits and seeks on the subscriber's consumer
-(``AckPolicy.MANUAL``). What only a process can know is fed in from here: the broker's high
-watermarks (the machine's stream clock) and the event loop's stalls. The bookkeeping around the
+(``AckPolicy.MANUAL``, through :mod:`~reasonwire.workers.io.raw_consumer`). What only a process
+can know is fed in from here: the broker's high watermarks (the machine's stream clock) and the
+event loop's stalls. The bookkeeping around the
 actions lives in the modules that own it: per-flight traces, hand-off timing and counts in
 :class:`~reasonwire.workers.ops.telemetry.normalizer.Flights` (whose guards keep content out of
 spans, metrics and logs: P8, docs/telemetry.md), the degraded state, lag and the lines records
@@ -23,7 +24,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -39,6 +40,7 @@ from reasonwire.workers.core.actions import (
 from reasonwire.workers.core.backoff import Backoff
 from reasonwire.workers.core.delivery_machine import DeliveryMachine
 from reasonwire.workers.core.normalizer import Normalizer, RawRecord
+from reasonwire.workers.io import raw_consumer
 from reasonwire.workers.io.outbox import Outbox, broker_answers
 from reasonwire.workers.io.store import ArtefactStore, RunsMoved, StoreLost
 from reasonwire.workers.ops.gc_pause import collection_paused
@@ -51,6 +53,13 @@ from reasonwire.workers.translators import translator_for
 
 log = logging.getLogger("reasonwire.normalize")
 
+
+_FORGOT = {
+    "revoked": "partitions revoked: %d open runs handed over",
+    "stall": "the event loop stood still for a while: %d open runs dropped, restored from their journals on their next record",
+    "store_lost": "store lost: %d open runs dropped",
+}
+"""The line each reason the machine dropped open runs for is logged with."""
 
 _performing: ContextVar[Action | None] = ContextVar("rw_performing", default=None)
 """The machine's action being performed (tests check every I/O call happens inside one)."""
@@ -112,7 +121,8 @@ class NormalizerWorker:
         if self.closing or not records:
             return  # not committed: redelivered to whoever consumes next (or stale: fetched before a rewind)
         with collection_paused():  # stepped and handed over without a collection in between
-            actions = self.machine.poll(records, self._log_ends(records), now=time.monotonic())
+            unmet = {p for p in {r.partition for r in records} if not self.normalizer.knows(p)}  # their log ends: see DeliveryMachine.poll
+            actions = self.machine.poll(records, raw_consumer.log_ends(self.consumer, unmet), now=time.monotonic())
             flight = next((a.flight for a in actions if isinstance(a, (Probe, ReadJournals, Stepped))), None)
             if flight is not None:
                 self.flights.opened(flight, records, polled)
@@ -120,8 +130,11 @@ class NormalizerWorker:
 
     def tick(self) -> None:
         """The machine's clock (a few times a second, and before each poll): the stream clock's
-        observations, then ``tick(now)`` — stalls, the idle probe and the expiry are its decisions."""
-        self._observe_partitions()
+        observations — per partition the last fetch's high watermark and when it came, so a
+        paused or lagging worker, lacking a fresh confirmation, does not see its runs' silence
+        grow — then ``tick(now)``: stalls, the idle probe and the expiry are its decisions."""
+        for partition, high, fetched_at in raw_consumer.stream_clock(self.consumer):
+            self.machine.observe(partition, high=high, fetched_at=fetched_at)
         self._take(self.machine.tick(time.monotonic()))
 
     async def forget(self, partitions: list[TopicPartition]) -> None:
@@ -136,29 +149,6 @@ class NormalizerWorker:
         """Stop taking polls and wait until every poll in flight is committed or rewound (shutdown)."""
         self._take(self.machine.close())
         await self._until(lambda: self.machine.settled)
-
-    def _observe_partitions(self) -> None:
-        """Feed the machine's stream clock: per partition, whether every record
-        below the high watermark of the last fetch response has been stepped, and when that
-        response came. A worker that was paused, or lags, has no such fresh confirmation, so
-        its runs' silence does not grow; an outage counts as not caught up (the machine judges)."""
-        consumer = self.consumer
-        if consumer is None:
-            return
-        for tp in consumer.assignment():
-            if tp.topic != topics.RAW:
-                continue
-            fetched = consumer.last_poll_timestamp(tp)
-            self.machine.observe(tp.partition, high=consumer.highwater(tp), fetched_at=fetched / 1000 if fetched else None)
-
-    def _log_ends(self, records: Sequence[RawRecord]) -> dict[int, int | None]:
-        """The broker's log end of each partition of this poll the machine has not met (see
-        :meth:`DeliveryMachine.poll`)."""
-        consumer = self.consumer
-        if consumer is None:
-            return {}
-        knows = self.normalizer.knows
-        return {p: consumer.highwater(TopicPartition(topics.RAW, p)) for p in {r.partition for r in records} if not knows(p)}
 
     # -- outputs: performing the machine's actions --------------------------------------
 
@@ -175,7 +165,7 @@ class NormalizerWorker:
             elif isinstance(action, Retired):
                 self._retired(action)
             elif isinstance(action, Seek):
-                self._seek(action)
+                self._rewind(action)
             elif isinstance(action, Forgot):
                 self._forgot(action)
             elif isinstance(action, Adopted):
@@ -210,19 +200,17 @@ class NormalizerWorker:
             self._take(self._failed(action, exc))
         else:
             self._take(self.machine.done(action))
-            if isinstance(action, Commit) and not action.membership:
-                self._note_lag(action.offsets)
+            if isinstance(action, Commit) and not action.membership:  # each partition's lag behind its high watermark
+                for partition, committed in action.offsets.items():
+                    self.health.committed(partition, raw_consumer.highwater(self.consumer, partition), committed)
 
     async def _io(self, action: Action) -> None:
         if isinstance(action, Write):
             self.stats["artefacts"] += await self.store.apply(action.steps, action.opened)
         elif isinstance(action, Close):
             await self.store.close_runs(action.steps)  # only after the outputs are acknowledged
-        elif isinstance(action, Commit):
-            assert self.consumer is not None
-            # the store's write count beside each offset: the witness a restored store is judged by
-            metadata = self.store.witness.metadata()
-            await self.consumer.commit({TopicPartition(topics.RAW, p): (offset, metadata) for p, offset in action.offsets.items()})
+        elif isinstance(action, Commit):  # the store's write count beside each offset: the witness a restored store is judged by
+            await raw_consumer.commit(self.consumer, action.offsets, self.store.witness.metadata())
         elif isinstance(action, Probe):
             # after a Redis failure a poll is stepped only once an empty write goes through: its
             # continuing runs' outputs would otherwise go out again on every retry while Redis
@@ -286,29 +274,17 @@ class NormalizerWorker:
         except Exception as exc:  # a telemetry bug must not stop delivery: the rest of this answer still runs
             self.health.warn_repeating(("telemetry", type(exc).__name__), "telemetry: closing a poll's trace failed (%s)", type(exc).__name__)
 
-    def _seek(self, action: Seek) -> None:
-        """Rewind the consumer (only partitions still assigned: a revoked one is the new owner's)."""
-        consumer = self.consumer
-        if consumer is None:
-            return
-        assigned = consumer.assignment()
+    def _rewind(self, action: Seek) -> None:
         _performing.set(action)
         try:
-            for partition, offset in action.offsets.items():
-                tp = TopicPartition(topics.RAW, partition)
-                if tp in assigned:
-                    consumer.seek(tp, offset)
+            raw_consumer.rewind(self.consumer, action.offsets)
         finally:
             _performing.set(None)
         self._last_error = None
 
     def _forgot(self, action: Forgot) -> None:
-        if action.why == "revoked":
-            log.info("partitions revoked: %d open runs handed over", action.runs)
-        elif action.why == "stall":
-            log.info("the event loop stood still for a while: %d open runs dropped, restored from their journals on their next record", action.runs)
-        elif action.why == "store_lost":
-            log.info("store lost: %d open runs dropped", action.runs)
+        if action.why in _FORGOT:
+            log.info(_FORGOT[action.why], action.runs)
 
     async def _until(self, condition: Any) -> None:
         """Wait until ``condition()`` holds (re-checked whenever the machine answered)."""
@@ -321,12 +297,6 @@ class NormalizerWorker:
         self._changed = asyncio.Event()
 
     # -- health ---------------------------------------------------------------------------
-
-    def _note_lag(self, offsets: Mapping[int, int]) -> None:
-        """A commit went through: each partition's lag behind the broker's high watermark."""
-        consumer = self.consumer
-        for partition, committed in offsets.items():
-            self.health.committed(partition, consumer.highwater(TopicPartition(topics.RAW, partition)) if consumer is not None else None, committed)
 
     async def tick_health(self) -> None:
         """Called by the periodic task: is the broker reachable (a metadata request; nothing else

@@ -26,6 +26,7 @@ from reasonwire.workers.io import topics_admin
 from reasonwire.workers.io.outbox import broker_answers, open_outbox
 from reasonwire.workers.io.kafka_security import broker_security, client_kwargs, servers
 from reasonwire.workers.io.producer_config import DURABLE
+from reasonwire.workers.io.raw_consumer import committed_offsets
 from reasonwire.workers.io.redis_connect import connect, redis_wait
 from reasonwire.workers.io.store import ArtefactStore
 from reasonwire.workers.ops import native
@@ -255,16 +256,4 @@ class _HandOver(ConsumerRebalanceListener):  # type: ignore[misc]
             for subscriber in worker.broker.subscribers:  # the first assignment comes before the first poll
                 worker.consumer = worker.consumer or getattr(subscriber, "consumer", None)
             await adopt_committed_witness(worker.settings, worker.store)
-            worker._take(worker.machine.assigned(await committed_offsets(worker.consumer, [tp for tp in assigned if tp.topic == topics.RAW])))
-
-
-async def committed_offsets(consumer: Any, partitions: list[TopicPartition]) -> dict[int, int | None]:
-    """The group's committed offset of each partition (``None``: none, or not readable now —
-    the expiry then waits for this worker's own first commit there)."""
-    out: dict[int, int | None] = {}
-    for tp in partitions:
-        try:
-            out[tp.partition] = await asyncio.wait_for(consumer.committed(tp), 5.0) if consumer is not None else None
-        except Exception:
-            out[tp.partition] = None
-    return out
+            worker._take(worker.machine.assigned(await committed_offsets(worker.consumer, assigned)))
