@@ -342,10 +342,24 @@ class Chaos:
         seen = await collect(self.services.bootstrap)
         open_runs = [r.run_id for r in runs if not _terminals(seen.events.get(r.run_id, {}))]
         self.say(f"  vanished producers: {len(runs) - len(open_runs)} of {len(runs)} runs ended within {bound:.1f}s")
+        if not scenario.faketime:  # the worker's record timestamps are on the harness's clock
+            self.say_end_times(runs, seen)
         self.measures.append(Measure(
             f"{scenario.name}: runs of a vanished producer without a terminal event {bound:.0f}s (timeout + one poll) after it vanished",
             f"{len(open_runs)} of {len(runs)}", "0", not open_runs,
         ))
+
+    def say_end_times(self, runs: list[Run], seen: Observed) -> None:
+        """How long after its producer vanished (its last record, or the worker's resumption if
+        later) each run's terminal event was produced — median and slowest, by the worker's
+        record timestamps — so a verdict shows its margin."""
+        wall = time.time() - time.monotonic()
+        after = sorted(
+            (seen.ended_ms[r.run_id] / 1000 - wall - max(self.last_sent.get(r.run_id, 0.0), self.resumed_at), r.run_id)
+            for r in runs if r.run_id in seen.ended_ms
+        )
+        if after:
+            self.say(f"    ended after: median {after[len(after) // 2][0]:.1f}s, slowest {after[-1][0]:.1f}s ({after[-1][1]})")
 
     async def missing_artefacts(self, runs: list[Run]) -> int:
         """Runs (finished) with fewer artefacts in Redis than the offline translation stored."""
@@ -786,6 +800,8 @@ class Observed:
     """key → [(value size, reason)]."""
     dlq_headers: dict[bytes | None, list[set[str]]] = field(default_factory=lambda: defaultdict(list))
     """key → the header names of each of its dead letters (the originals are kept byte for byte)."""
+    ended_ms: dict[str, int] = field(default_factory=dict)
+    """run id → the record timestamp of its first terminal event (the producer's clock, ms)."""
 
 
 async def collect(bootstrap: str) -> Observed:
@@ -811,6 +827,8 @@ async def collect(bootstrap: str) -> Observed:
                     if tp.topic == topics.EVENTS:
                         run_id = headers.get("rw-run-id", b"").decode("utf-8", "replace")
                         seen.events[run_id][int(headers["rw-event-seq"])].append(m.value)
+                        if run_id not in seen.ended_ms and (b'"RUN_FINISHED"' in m.value or b'"RUN_ERROR"' in m.value):
+                            seen.ended_ms[run_id] = m.timestamp
                     else:
                         # labelled by the contract's code (rw-dlq-code) where the worker sets one, else its reason
                         label = headers.get("rw-dlq-code") or headers.get("rw-dlq-reason", b"")

@@ -622,6 +622,34 @@ def test_no_expiry_until_a_whole_timeout_of_service_after_a_failure() -> None:
     assert dict(member.offsets) == {1: 2}
 
 
+@pytest.mark.parametrize("phase", [0.0, 0.5, 1.0, 1.25])
+def test_a_silent_run_is_expired_at_the_first_tick_it_is_due_not_up_to_an_interval_later(phase: float) -> None:
+    """DESIGN: an inactivity timeout closes runs whose ingress vanished — within a tick of its
+    due time, whatever the phase of the expiry interval the run fell silent in: the expiry
+    judges again when the first run it left open is due (``EXPIRY_FINEST``), not only every
+    ``expiry_every_s`` (which left a vanished producer's run open up to a whole interval
+    longer: ``make chaos`` stall_vanished)."""
+    machine = _machine(timeout_s=6.0, expiry_every_s=1.5)
+    machine.normalizer.clock.step = 1.5  # the adapter's setting: credit per confirmation at most an interval
+    tick = 0.25
+    for _ in range(int((7.0 + phase) / tick)):  # served a whole timeout; the expiry's phase shifts with ``phase``
+        now = machine.now + tick
+        for partition in (0, 1):
+            machine.observe(partition, high=machine.normalizer.stepped_to(partition), fetched_at=now)
+        assert not _of(machine.tick(now), Commit)
+    _held(machine, _records("idle")[:2])
+    due = machine.normalizer.clock.seen(0) + 6.0  # the record counts from one interval on
+    for _ in range(60):
+        now = machine.now + tick
+        for partition in (0, 1):
+            machine.observe(partition, high=machine.normalizer.stepped_to(partition), fetched_at=now)
+        members = _of(machine.tick(now), Commit)
+        if members:
+            break
+    assert members and dict(members[0].offsets) == {0: 2}, "the silent run was never expired"
+    assert due <= machine.normalizer.clock.at(0) < due + tick, "expired late (or early): more than a tick past its due time"
+
+
 def test_consecutive_failures_back_off_exponentially_up_to_the_cap_and_a_success_resets() -> None:
     machine = _machine()
     _held(machine, _records("idle")[:2])

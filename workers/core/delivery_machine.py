@@ -26,8 +26,8 @@ inputs; tests and the simulation run it after every input (and a worker with
 Time (TigerBeetle's habit): the machine is fed ``tick(now)`` (monotonic seconds) and decides on
 it — a gap of :data:`~reasonwire.workers.core.fence.STALL_S` between ticks is a stall; the
 backoff after a failure (``retry_at``, jitter from the seeded source it is given); the idle probe
-of a store that failed; the expiry every ``expiry_every_s``, only after a whole timeout without a
-failure; and whether a partition is caught up (the stream clock's input, :meth:`observe`).
+of a store that failed; the expiry every ``expiry_every_s`` or sooner when a run is due sooner,
+only after a whole timeout without a failure; and whether a partition is caught up (the stream clock's input, :meth:`observe`).
 
 A poll becomes a flight. The rules, each the reason for one guard below:
 
@@ -106,6 +106,11 @@ _NEW_RUN: Loaded = ([], False)
 
 MUST_READ_KEPT = 4096
 """Runs the fence refused that are read before they are presumed new again (the oldest forgotten)."""
+
+EXPIRY_FINEST: Final = 8
+"""A run close to its timeout is judged again after an eighth of ``expiry_every_s`` at the
+soonest: a run ends within that much of its due time, and a run whose partition's stream time
+stands still (records waiting) costs at most this many scans per interval."""
 
 NO_FLIGHT: Final = 0
 """The flight of a :class:`Probe` or :class:`ReadJournals` no poll waits for (the idle probe, adoption)."""
@@ -539,7 +544,7 @@ class DeliveryMachine:
     def tick(self, now: float) -> list[Action]:
         """The clock (the adapter calls it a few times a second, and before each poll): a gap of
         ``STALL_S`` since the last tick is a stall; after the backoff, an idle worker whose store
-        failed probes it; every ``expiry_every_s`` the expiry runs (:meth:`_expire`)."""
+        failed probes it; when due, the expiry runs (:meth:`_expire`)."""
         last, self._last_tick = self._last_tick, now
         self.now = max(self.now, now)
         out: list[Action] = []
@@ -551,7 +556,6 @@ class DeliveryMachine:
         if self.degraded and now >= self.retry_at:
             out += self._probe_when_idle()
         if now >= self._next_expiry:
-            self._next_expiry = now + self.expiry_every_s
             out += self._expire(now)
         return self._answer(out + self._progress())
 
@@ -709,7 +713,12 @@ class DeliveryMachine:
         member for those partitions (:class:`Commit` ``membership``): an expiry is a decision no
         record makes, and a worker cut off without noticing must not make it. On a partition
         with no committed offset there is nothing to ask with, so nothing is proven: its runs
-        are not judged until a commit lands there."""
+        are not judged until a commit lands there.
+
+        When: a judgement held back by something in progress is tried again on the next tick; one
+        that ran is next due after ``expiry_every_s``, or sooner when a run it left open may be
+        due sooner (``Normalizer.expiry_due_in``; at most :data:`EXPIRY_FINEST` times as often),
+        so a run ends within a tick or so of its timeout rather than up to an interval later."""
         busy = self._revoking is not None or self._stalled or self._member_check is not None or self._committing
         if self.mode is not Mode.RUNNING or self.closing or busy or not all(f.stage in _STEPPED for f in self._flights):
             return []
@@ -719,6 +728,8 @@ class DeliveryMachine:
         # where this worker committed, and knows the log end (before it, records may be waiting)
         judged = {p for p in self._committed if self.normalizer.knows(p)}
         steps = [*self._unsent_expiries.values(), *self.normalizer.expire(timeout_s=self.timeout_s, partitions=judged)]
+        every = self.expiry_every_s
+        self._next_expiry = now + min(every, max(self.normalizer.expiry_due_in, every / EXPIRY_FINEST))
         self._unsent_expiries.clear()
         if not steps:
             return []

@@ -56,7 +56,7 @@ MAX_METADATA_SHARDS: Final = 64
 class SilenceClock:
     """Per partition, the seconds of *confirmed caught-up* time: stream time.
 
-    The adapter calls :meth:`observe` on every expiry tick with whether the partition is caught
+    The adapter calls :meth:`observe` on every clock tick with whether the partition is caught
     up (every record below the broker's high watermark has been stepped) and when the fetch
     that reported that high watermark answered. The time between two such confirmations is
     credited (at most ``step`` seconds per tick, so a wall-clock jump credits no more than a

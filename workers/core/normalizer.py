@@ -363,6 +363,9 @@ class Normalizer:
         rewind, or in the log when this worker first fetched the partition (``replay_until``)."""
         self.clock = SilenceClock()
         """Stream time per partition: what silence is measured in (the adapter feeds it)."""
+        self.expiry_due_in = float("inf")
+        """After :meth:`expire`: the stream time until the first run it judged and left open may be
+        due (stream time runs no faster than the wall clock, so no run is due sooner in wall time)."""
         self.token = "w"
         """This worker's name in the journal heads it writes (the adapter sets a random one)."""
         self._doubtful: set[RunKey] = set()
@@ -645,13 +648,17 @@ class Normalizer:
         log, so a worker that restores the run after a crash must find it, not decide again —
         a late record would otherwise be translated into the number the ``RUN_ERROR`` took."""
         steps = []
+        due_in = float("inf")
         for key, state in list(self._runs.items()):
             if state.ahead or self.replaying(state.partition) or key in self._doubtful:  # being redone, or its journal is in doubt
                 continue
             if partitions is not None and state.partition not in partitions:
                 continue
             current = self.clock.at(state.partition) if now is None else now
-            if current - state.last_seen >= timeout_s:
+            left = timeout_s - (current - state.last_seen)
+            if left > 0:
+                due_in = min(due_in, left)
+            else:
                 step = Step(run=key, thread_id=state.envelope.thread_id)
                 if state.gap is not None:  # another owner ended it: end it as it did, never twice
                     self._end_by_gap(state, step, None)
@@ -661,6 +668,7 @@ class Normalizer:
                     self._expire_run(state, step, timeout)
                 self._fence(key, step)
                 steps.append(step)
+        self.expiry_due_in = due_in
         return steps
 
     def _expire_run(self, state: _RunState, step: Step, timeout: str) -> None:
