@@ -103,7 +103,7 @@ def worktrees(revs: set[str]) -> Iterator[dict[str, Path]]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: float) -> dict[str, Any]:
+async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: float, grammars: tuple[str, ...] = GRAMMARS) -> dict[str, Any]:
     """Every kind measured once per round, in order; returns ``{"figures": {spec: [(a, b) per
     round]}, "rounds": [per round: load, and per spec its figures and hand-off window]}``."""
     bootstrap, redis_url = os.environ["KAFKA_BOOTSTRAP_SERVERS"], os.environ["REDIS_URL"]
@@ -116,7 +116,7 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
     results: dict[str, list[tuple[float, float]]] = {k.spec: [] for k in kinds}
     per_round: list[dict[str, Any]] = []
     handoff_files: dict[str, Path] = {}
-    base = e2e.traffic(GRAMMARS, records if mode == "drain" else int(rate * 4), seed=12, tag=f"{tag}-x", map_events=mode == "latency")
+    base = e2e.traffic(grammars, records if mode == "drain" else int(rate * 4), seed=12, tag=f"{tag}-x", map_events=mode == "latency")
     floor = logs / f"{tag}-io-floor-traffic.pickle"
     floor.write_bytes(pickle.dumps([(r.key, r.value, r.headers) for r in base.records]))
     with worktrees({k.rev for k in kinds if k.rev}) as trees:
@@ -135,7 +135,7 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
                 finally:
                     e2e.ROOT = saved
             for i, (k, consumer, stage) in enumerate(live):  # first-use costs out of every round
-                warm = base.records[:3000] if k.kind == IO_FLOOR else e2e.traffic(GRAMMARS, 3000, seed=5, tag=f"{tag}-warm{i}").records
+                warm = base.records[:3000] if k.kind == IO_FLOOR else e2e.traffic(grammars, 3000, seed=5, tag=f"{tag}-warm{i}").records
                 # consumed, not timed: a drain's slope needs two samples inside it, and a consumer
                 # that takes 3,000 records in under 50 ms (passthrough-librdkafka) left none
                 await e2e.warm_up(stage, consumer, warm)
@@ -205,6 +205,11 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=10_000, help="backlog per drain round")
     parser.add_argument("--rate", type=float, default=1120.0, help="records/s in latency rounds")
     parser.add_argument(
+        "--grammars", default=",".join(GRAMMARS),
+        help="comma-separated grammars of the traffic (default: all); against a tree that predates a grammar, the ones both know"
+        " (a worker dead-letters a grammar it does not know: cheaper work, not a fair comparison)",
+    )
+    parser.add_argument(
         "--share", type=float, choices=sorted(targets.E2E_ADDED_P99_MS), help="the share of the worker's maximum --rate is (latency targets; 0.25 also the hand-off's)"
     )
     args = parser.parse_args()
@@ -215,7 +220,11 @@ def main() -> int:
     if args.mode == "latency" and any(k.kind == IO_FLOOR for k in kinds):
         print("python -m bench.ab: io-floor has no latency mode (it replays one precomputed backlog); use --mode drain", file=sys.stderr)
         return 2
-    results = asyncio.run(run(kinds, args.mode, args.rounds, args.records, args.rate))
+    grammars = tuple(g for g in args.grammars.split(",") if g)
+    if not grammars or set(grammars) - set(GRAMMARS):
+        print(f"python -m bench.ab: --grammars takes some of {', '.join(GRAMMARS)}", file=sys.stderr)
+        return 2
+    results = asyncio.run(run(kinds, args.mode, args.rounds, args.records, args.rate, grammars))
     unit = ("records/s", "µs CPU per record") if args.mode == "drain" else ("p50 ms", "p99 ms")
     for spec, figures in results["figures"].items():
         first, second = statistics.median(f[0] for f in figures), statistics.median(f[1] for f in figures)

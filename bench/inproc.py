@@ -57,7 +57,7 @@ def _configure(mode: str) -> None:
         os.environ["OTEL_TRACES_SAMPLER_ARG"] = "0.01"
 
 
-def measure(n_records: int, mode: str, runs: int, batch: int, collector: str = "worker") -> dict[str, float]:
+def measure(n_records: int, mode: str, runs: int, batch: int, collector: str = "worker", only: Sequence[str] = ()) -> dict[str, float]:
     """µs per raw record per phase (median of ``runs`` passes) and their sum; ``collector``: ``GC_MODES``."""
     from aiokafka.partitioner import DefaultPartitioner
     from aiokafka.producer.message_accumulator import BatchBuilder
@@ -72,7 +72,7 @@ def measure(n_records: int, mode: str, runs: int, batch: int, collector: str = "
     from reasonwire.workers.ops.telemetry.normalizer import NormalizerTelemetry
     from reasonwire.workers.translators import implemented, translator_for
 
-    grammars = [g.value for g in implemented()]
+    grammars = [g.value for g in implemented() if not only or g.value in only]
     traffic = e2e.traffic(grammars, n_records, seed=12, tag="inproc").records
     records = [RawRecord(r.key, r.value, r.headers, i % e2e.PARTITIONS, i, int(time.time() * 1000)) for i, r in enumerate(traffic)]
     store = ArtefactStore(Redis(), artefact_ttl_s=900, journal_ttl_s=900)
@@ -202,6 +202,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--batch", type=int, default=200, help="records per poll (RW_MAX_BATCH)")
     parser.add_argument("--gc", choices=GC_MODES, default="worker", help="the garbage collector's settings (see above)")
+    parser.add_argument("--grammars", default="", help="comma-separated grammars of the traffic (default: every one implemented)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--sampled", action="store_const", const="sampled", dest="mode", help="exporters on, 1 %% of runs traced")
     mode.add_argument("--off", action="store_const", const="off", dest="mode", help="no telemetry at all")
@@ -209,7 +210,7 @@ def main() -> int:
     chosen = args.mode or "shipped"
     _configure(chosen)
     with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):  # the console exporters
-        figures = measure(args.records, chosen, args.runs, args.batch, args.gc)
+        figures = measure(args.records, chosen, args.runs, args.batch, args.gc, [g for g in args.grammars.split(",") if g])
     print(f"telemetry {chosen}, gc {args.gc}, {args.records} records, polls of {args.batch}, median of {args.runs} passes, µs of CPU per raw record:")
     print("  " + ", ".join(f"{phase} {figures[phase]:.1f}" for phase in (*PHASES, "total", "gc")) + f", collections per poll while it was stepped, stored or batched {figures['in-poll']:.2f}")
     return 0
