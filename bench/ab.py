@@ -62,6 +62,7 @@ from typing import Any
 import orjson
 
 from bench import e2e, hostload, targets
+from bench.profiles import WORKER_BUCKETS, worker_profile
 from reasonwire.workers.ops import handoff
 
 IO_FLOOR = "io-floor"  # bench.io_floor: the worker's I/O without its logic, fed a precomputed table
@@ -103,7 +104,9 @@ def worktrees(revs: set[str]) -> Iterator[dict[str, Path]]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: float, grammars: tuple[str, ...] = GRAMMARS) -> dict[str, Any]:
+async def run(
+    kinds: list[Kind], mode: str, rounds: int, records: int, rate: float, grammars: tuple[str, ...] = GRAMMARS, profile: bool = False
+) -> dict[str, Any]:
     """Every kind measured once per round, in order; returns ``{"figures": {spec: [(a, b) per
     round]}, "rounds": [per round: load, and per spec its figures and hand-off window]}``."""
     bootstrap, redis_url = os.environ["KAFKA_BOOTSTRAP_SERVERS"], os.environ["REDIS_URL"]
@@ -116,6 +119,7 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
     results: dict[str, list[tuple[float, float]]] = {k.spec: [] for k in kinds}
     per_round: list[dict[str, Any]] = []
     handoff_files: dict[str, Path] = {}
+    profiles: dict[str, Path] = {}
     base = e2e.traffic(grammars, records if mode == "drain" else int(rate * 4), seed=12, tag=f"{tag}-x", map_events=mode == "latency")
     floor = logs / f"{tag}-io-floor-traffic.pickle"
     floor.write_bytes(pickle.dumps([(r.key, r.value, r.headers) for r in base.records]))
@@ -130,6 +134,8 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
                 if k.kind.startswith("worker"):  # poll → hand-off inside the worker, written when it stops
                     handoff_files[k.spec] = logs / f"{tag}-handoff-{i}.json"
                     env[handoff.ENV] = str(handoff_files[k.spec])
+                    if profile and mode == "drain":
+                        profiles[k.spec] = logs / f"{tag}-profile-{i}.raw"
                 try:
                     live.append((k, await e2e.start_live(k.kind, stage, logs, env), stage))
                 finally:
@@ -151,7 +157,7 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
                     # every round (its Redis keys are overwritten, which costs what new ones would)
                     batch = base.records if k.kind == IO_FLOOR else e2e.retag(base.records, f"{tag}-x", new)
                     if mode == "drain":
-                        out = await e2e.drain_live(consumer, stage, batch)
+                        out = await e2e.drain_live(consumer, stage, batch, profiles.get(k.spec))
                         figures = (out["records_per_s"], out["cpu_us_per_record"])
                         this["rate"][k.spec], this["cpu"][k.spec] = figures
                         line = f"{figures[0]:7.0f} records/s, {figures[1]:4.0f} µs CPU per record"
@@ -183,7 +189,23 @@ async def run(kinds: list[Kind], mode: str, rounds: int, records: int, rate: flo
         for this in per_round:
             if spec in this["window"]:
                 this.setdefault("handoff", {})[spec] = targets.handoff_window(samples, *this["window"][spec])
-    return {"figures": results, "rounds": per_round}
+    return {"figures": results, "rounds": per_round, "profiles": {spec: worker_profile(path) for spec, path in profiles.items()}}
+
+
+def profile_lines(found: dict[str, dict[str, Any]]) -> list[str]:
+    """Each worker kind's share of drain samples per bucket (``bench.profiles``), side by side."""
+    if not found:
+        return []
+    specs = list(found)
+    buckets = [name for name, _ in WORKER_BUCKETS]
+    lines = ["Where the drains' samples went (py-spy, share of each kind's samples): " + ", ".join(
+        f"{spec} {found[spec].get('samples', 0)} samples" if "samples" in found[spec] else f"{spec} {found[spec].get('skipped')}" for spec in specs
+    )]
+    for bucket in buckets:
+        shares = [found[spec].get("shares", {}).get(bucket, 0.0) for spec in specs]
+        if any(shares):
+            lines.append("  " + "  ".join(f"{share:6.1%}" for share in shares) + f"  {bucket}")
+    return lines
 
 
 def _classes(by_class: dict[str, dict[str, Any]]) -> str:
@@ -204,6 +226,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--records", type=int, default=10_000, help="backlog per drain round")
     parser.add_argument("--rate", type=float, default=1120.0, help="records/s in latency rounds")
+    parser.add_argument("--profile", action="store_true", help="drain mode: py-spy samples each worker kind's drains (needs py-spy beside python)")
     parser.add_argument(
         "--grammars", default=",".join(GRAMMARS),
         help="comma-separated grammars of the traffic (default: all); against a tree that predates a grammar, the ones both know"
@@ -224,12 +247,12 @@ def main() -> int:
     if not grammars or set(grammars) - set(GRAMMARS):
         print(f"python -m bench.ab: --grammars takes some of {', '.join(GRAMMARS)}", file=sys.stderr)
         return 2
-    results = asyncio.run(run(kinds, args.mode, args.rounds, args.records, args.rate, grammars))
+    results = asyncio.run(run(kinds, args.mode, args.rounds, args.records, args.rate, grammars, args.profile))
     unit = ("records/s", "µs CPU per record") if args.mode == "drain" else ("p50 ms", "p99 ms")
     for spec, figures in results["figures"].items():
         first, second = statistics.median(f[0] for f in figures), statistics.median(f[1] for f in figures)
         print(f"median of {len(figures)} {spec:40s} {unit[0]} {first:.1f}, {unit[1]} {second:.1f}" + _cores(results["rounds"], spec))
-    for line in report(results["rounds"], [k.spec for k in kinds], args.mode, args.share):
+    for line in report(results["rounds"], [k.spec for k in kinds], args.mode, args.share) + profile_lines(results["profiles"]):
         print(line)
     return 0
 

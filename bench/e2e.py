@@ -360,11 +360,13 @@ async def start_live(kind: str, stage: Stage, logs: Path, extra_env: dict[str, s
     return consumer
 
 
-async def drain_live(consumer: Consumer, stage: Stage, records: Sequence[Record]) -> dict[str, Any]:
+async def drain_live(consumer: Consumer, stage: Stage, records: Sequence[Record], profile: Path | None = None) -> dict[str, Any]:
     """One round: the backlog produced while the consumer is frozen (:func:`frozen`), then the
     committed-offset slope from its thaw (see :func:`drain`), counted from this round's start. Also the
     consumer process's CPU per record (user + system, from the backlog's first record to its
-    last commit: idle polling before and after is left out only as far as the round is)."""
+    last commit: idle polling before and after is left out only as far as the round is).
+    ``profile``: py-spy samples the drain (idle threads left out), appended to that file as
+    collapsed stacks (``bench.profiles.worker_profile`` reads them)."""
     total = len(records)
     admin = AIOKafkaAdminClient(bootstrap_servers=stage.bootstrap)
     await admin.start()
@@ -376,6 +378,8 @@ async def drain_live(consumer: Consumer, stage: Stage, records: Sequence[Record]
         with frozen([consumer]):
             await produce(stage.bootstrap, stage.source, records)
         produced_at = time.monotonic()
+        part = profile.with_suffix(".part") if profile is not None else None
+        spy = _py_spy(consumer.proc.pid, PROFILE_DRAIN_S, part) if part is not None else None
         deadline = time.monotonic() + 120
         done = 0
         while done < total and time.monotonic() < deadline:
@@ -384,6 +388,12 @@ async def drain_live(consumer: Consumer, stage: Stage, records: Sequence[Record]
             samples.append((time.monotonic(), done))
             await asyncio.sleep(0.05)
         cpu_used = process_cpu_s(consumer.proc.pid) - cpu_before
+        if spy is not None and profile is not None and part is not None:
+            await asyncio.to_thread(spy.wait)
+            if part.exists():
+                with profile.open("a") as out:
+                    out.write(part.read_text())
+                part.unlink()
     finally:
         await admin.close()
     return {
@@ -650,6 +660,10 @@ def _pct(sorted_values: list[float], p: float) -> float | None:
 
 
 # -- profile ----------------------------------------------------------------------------------
+
+
+PROFILE_DRAIN_S = 3
+"""Seconds py-spy samples a profiled drain (a 40,000-record backlog drains in about that)."""
 
 
 def _py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | None:
