@@ -226,7 +226,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--records", type=int, default=10_000, help="backlog per drain round")
     parser.add_argument("--rate", type=float, default=1120.0, help="records/s in latency rounds")
-    parser.add_argument("--profile", action="store_true", help="drain mode: py-spy samples each worker kind's drains (needs py-spy beside python)")
+    parser.add_argument(
+        "--profile", action="store_true",
+        help="drain mode: py-spy samples each worker kind's drains (needs py-spy beside python); with RW_SPY_NATIVE=1 the compiled"
+        " core's C frames too (py-spy then stops the worker for each sample: that run's CPU figures do not compare)",
+    )
     parser.add_argument(
         "--grammars", default=",".join(GRAMMARS),
         help="comma-separated grammars of the traffic (default: all); against a tree that predates a grammar, the ones both know"

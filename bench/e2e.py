@@ -671,7 +671,7 @@ def _py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | No
     if not exe.exists():
         return None
     return subprocess.Popen(
-        [str(exe), "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200", "--format", "raw", "--nonblocking", "-o", str(out)],
+        [str(exe), "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200", "--format", "raw", *(["--native"] if os.environ.get("RW_SPY_NATIVE") else ["--nonblocking"]), "-o", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -27,7 +27,8 @@ TRANSLATOR_BUCKETS: list[tuple[str, Callable[[str, str], bool]]] = [
 ]
 
 WORKER_BUCKETS: list[tuple[str, Callable[[str], bool]]] = [
-    ("telemetry (reasonwire.workers.ops.telemetry, OpenTelemetry SDK; exporters off)", lambda fr: "workers/ops/telemetry/" in fr or "opentelemetry/" in fr),
+    # "/telemetry/": the package's folder wherever a tree keeps it (an older tree being compared has workers/telemetry/)
+    ("telemetry (reasonwire.workers.ops.telemetry, OpenTelemetry SDK; exporters off)", lambda fr: "/telemetry/" in fr or "opentelemetry/" in fr),
     ("translate (Translator.feed / finish)", lambda fr: fr.startswith(("Translator.feed ", "Translator.finish ", "Translator.abort "))),
     ("serialize AG-UI events and records (event_json / record_json)", lambda fr: fr.startswith(("event_json ", "record_json "))),
     ("Redis key names (reasonwire.contracts.store: urllib quote per key)", lambda fr: "contracts/store.py" in fr),
