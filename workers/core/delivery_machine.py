@@ -27,7 +27,8 @@ Time (TigerBeetle's habit): the machine is fed ``tick(now)`` (monotonic seconds)
 it — a gap of :data:`~reasonwire.workers.core.fence.STALL_S` between ticks is a stall; the
 backoff after a failure (``retry_at``, jitter from the seeded source it is given); the idle probe
 of a store that failed; the expiry every ``expiry_every_s`` or sooner when a run is due sooner,
-only after a whole timeout without a failure; and whether a partition is caught up (the stream clock's input, :meth:`observe`).
+only after a whole timeout without a failure; and whether a partition is caught up (the stream
+clock's input, :meth:`observe`).
 
 A poll becomes a flight. The rules, each the reason for one guard below:
 

@@ -365,7 +365,8 @@ class Normalizer:
         """Stream time per partition: what silence is measured in (the adapter feeds it)."""
         self.expiry_due_in = float("inf")
         """After :meth:`expire`: the stream time until the first run it judged and left open may be
-        due (stream time runs no faster than the wall clock, so no run is due sooner in wall time)."""
+        due. Stream time runs no faster than the wall clock (but for one clock step after a jump),
+        so judging again that much later in wall time ends no run early, and at most a step late."""
         self.token = "w"
         """This worker's name in the journal heads it writes (the adapter sets a random one)."""
         self._doubtful: set[RunKey] = set()
