@@ -827,7 +827,7 @@ async def collect(bootstrap: str) -> Observed:
                     if tp.topic == topics.EVENTS:
                         run_id = headers.get("rw-run-id", b"").decode("utf-8", "replace")
                         seen.events[run_id][int(headers["rw-event-seq"])].append(m.value)
-                        if run_id not in seen.ended_ms and (b'"RUN_FINISHED"' in m.value or b'"RUN_ERROR"' in m.value):
+                        if run_id not in seen.ended_ms and _is_terminal(m.value):
                             seen.ended_ms[run_id] = m.timestamp
                     else:
                         # labelled by the contract's code (rw-dlq-code) where the worker sets one, else its reason
@@ -915,12 +915,17 @@ def check_run(run: Run, seen: Observed, row: Row) -> tuple[int, int, int, bool]:
     return lost, duplicates, inconsistent, lost == 0 and inconsistent == 0
 
 
+def _is_terminal(event: bytes) -> bool:
+    """Whether a published event (its JSON bytes) ends its run."""
+    return b'"RUN_FINISHED"' in event or b'"RUN_ERROR"' in event
+
+
 def _terminals(by_seq: dict[int, list[bytes]]) -> set[bytes]:
     """The distinct terminal events among a run's published events."""
     found = set()
     for copies in by_seq.values():
         for copy in copies:
-            if b'"RUN_FINISHED"' in copy or b'"RUN_ERROR"' in copy:
+            if _is_terminal(copy):
                 found.add(orjson.dumps(orjson.loads(copy), option=orjson.OPT_SORT_KEYS))
     return found
 
