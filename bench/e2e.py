@@ -388,7 +388,7 @@ async def drain_live(consumer: Consumer, stage: Stage, records: Sequence[Record]
             samples.append((time.monotonic(), done))
             await asyncio.sleep(0.05)
         cpu_used = process_cpu_s(consumer.proc.pid) - cpu_before
-        if spy is not None and profile is not None and part is not None:
+        if spy is not None and profile is not None and part is not None:  # py-spy ends by itself after PROFILE_DRAIN_S
             await asyncio.to_thread(spy.wait)
             if part.exists():
                 with profile.open("a") as out:
@@ -670,8 +670,10 @@ def _py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | No
     exe = Path(sys.executable).with_name("py-spy")
     if not exe.exists():
         return None
+    # --native (C frames of the compiled core) needs py-spy to stop the process per sample
+    native = ["--native"] if os.environ.get("RW_SPY_NATIVE") else ["--nonblocking"]
     return subprocess.Popen(
-        [str(exe), "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200", "--format", "raw", *(["--native"] if os.environ.get("RW_SPY_NATIVE") else ["--nonblocking"]), "-o", str(out)],
+        [str(exe), "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200", "--format", "raw", *native, "-o", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -25,7 +25,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.errors import MessageSizeTooLargeError, TopicAlreadyExistsError
 from redis.asyncio import Redis
 
-from chaos.load import BadCase, Run, bad_cases, expiry_end, fed_only, make_run, templates
+from chaos.load import TERMINAL, BadCase, Run, bad_cases, expiry_end, fed_only, make_run, templates
 from chaos.services import Services, Worker
 from reasonwire.contracts import topics
 from reasonwire.contracts.replay import ReplayRequest, ReplayTarget
@@ -878,7 +878,6 @@ class Row:
         return "PASS" if ok else "FAIL"
 
 
-TERMINAL = ("RUN_FINISHED", "RUN_ERROR")
 
 
 def _reason(reason: str) -> str:
@@ -915,9 +914,13 @@ def check_run(run: Run, seen: Observed, row: Row) -> tuple[int, int, int, bool]:
     return lost, duplicates, inconsistent, lost == 0 and inconsistent == 0
 
 
+_TERMINAL_BYTES = tuple(f'"{t}"'.encode() for t in TERMINAL)
+
+
 def _is_terminal(event: bytes) -> bool:
-    """Whether a published event (its JSON bytes) ends its run."""
-    return b'"RUN_FINISHED"' in event or b'"RUN_ERROR"' in event
+    """Whether a published event (its JSON bytes) ends its run (a byte search: the collector
+    meets every event of every scenario)."""
+    return any(mark in event for mark in _TERMINAL_BYTES)
 
 
 def _terminals(by_seq: dict[int, list[bytes]]) -> set[bytes]:

@@ -29,6 +29,9 @@ from reasonwire.workers.translators import translator_for
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
+TERMINAL = ("RUN_FINISHED", "RUN_ERROR")
+"""The AG-UI event types that end a run."""
+
 _WINDOW = re.compile(rb"[A-Za-z0-9]{4,10}")
 _ALNUM = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 
@@ -123,7 +126,7 @@ def expiry_end(envelope: RunEnvelope, records: list[OutgoingRecord]) -> dict[str
     never came."""
     translator, fed = _fed(envelope, records)
     events = fed + [orjson.loads(event_json(e)) for e in translator.abort("the ingress vanished", code=ErrorCode.INACTIVITY_TIMEOUT).events]
-    return next(e for e in reversed(events) if e.get("type") in ("RUN_FINISHED", "RUN_ERROR"))  # the run's own end, if it had one
+    return next(e for e in reversed(events) if e.get("type") in TERMINAL)  # the run's own end, if it had one
 
 
 def _translator(envelope: RunEnvelope) -> Any:
@@ -135,6 +138,7 @@ def _translator(envelope: RunEnvelope) -> Any:
 
 
 def _fed(envelope: RunEnvelope, records: list[OutgoingRecord]) -> tuple[Any, list[dict[str, Any]]]:
+    """The run's translator fed ``records`` as the worker feeds them, and the events it published."""
     translator = _translator(envelope)
     out = []
     for r in records:

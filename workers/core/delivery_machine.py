@@ -55,8 +55,8 @@ A poll becomes a flight. The rules, each the reason for one guard below:
 * Any failure stops new work; once every action out has reported, the machine *rewinds*: it
   seeks every partition in flight back to its first uncommitted record (records fetched before
   the seek are stale, even once an assignment reported late says where the consumer started)
-  and drops those partitions' runs; a store that lost data is recovered first; runs the fence refused are
-  dropped; an expiry's Steps that did not go out are sent again by the next expiry.
+  and drops those partitions' runs; a store that lost data is recovered first; runs the fence
+  refused are dropped; an expiry's Steps that did not go out are sent again by the next expiry.
 * Revocations, stalls and shutdown wait until everything in flight has settled.
 * Every open run this worker owns ends: a run whose producer vanished has no next record to
   restore it by, so whenever runs are dropped without being handed over (a stall, a rewind, a
@@ -976,8 +976,7 @@ class DeliveryMachine:
         if self._revoking is not None:
             gone, self._revoking = self._revoking, None
             for partition in gone:
-                self._rewound.pop(partition, None)
-                self._restarts.pop(partition, None)
+                self._drop_rewind(partition)
                 self._committed.pop(partition, None)
                 self._start.pop(partition, None)
             self._owned -= gone
@@ -1076,8 +1075,7 @@ class DeliveryMachine:
             if start is not None:
                 if not self._restarts_at(partition, start, record.offset):
                     continue
-                del self._rewound[partition]
-                self._restarts.pop(partition, None)
+                self._drop_rewind(partition)
             kept.append(record)
         return kept
 
@@ -1097,10 +1095,14 @@ class DeliveryMachine:
         if partition not in self._rewound:
             return
         if committed is None or committed < 0:
-            del self._rewound[partition]
-            self._restarts.pop(partition, None)
+            self._drop_rewind(partition)
         else:
             self._restarts[partition] = committed
+
+    def _drop_rewind(self, partition: int) -> None:
+        """The partition's records restart (or it went): its rewind mark and restart offset go together."""
+        self._rewound.pop(partition, None)
+        self._restarts.pop(partition, None)
 
     # -- bookkeeping ------------------------------------------------------------------------
 
