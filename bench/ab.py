@@ -61,7 +61,7 @@ from typing import Any
 
 import orjson
 
-from bench import e2e, hostload, targets
+from bench import e2e, hostload, instructions, targets
 from bench.profiles import WORKER_BUCKETS, worker_profile
 from reasonwire.workers.ops import handoff
 
@@ -105,7 +105,8 @@ def worktrees(revs: set[str]) -> Iterator[dict[str, Path]]:
 
 
 async def run(
-    kinds: list[Kind], mode: str, rounds: int, records: int, rate: float, grammars: tuple[str, ...] = GRAMMARS, profile: bool = False
+    kinds: list[Kind], mode: str, rounds: int, records: int, rate: float, grammars: tuple[str, ...] = GRAMMARS, profile: bool = False,
+    counted: bool = False,
 ) -> dict[str, Any]:
     """Every kind measured once per round, in order; returns ``{"figures": {spec: [(a, b) per
     round]}, "rounds": [per round: load, and per spec its figures and hand-off window]}``."""
@@ -137,7 +138,7 @@ async def run(
                     if profile and mode == "drain":
                         profiles[k.spec] = logs / f"{tag}-profile-{i}.raw"
                 try:
-                    live.append((k, await e2e.start_live(k.kind, stage, logs, env), stage))
+                    live.append((k, await e2e.start_live(k.kind, stage, logs, env, counted=counted), stage))
                 finally:
                     e2e.ROOT = saved
             for i, (k, consumer, stage) in enumerate(live):  # first-use costs out of every round
@@ -147,7 +148,7 @@ async def run(
                 await e2e.warm_up(stage, consumer, warm)
             for r in range(rounds):
                 meter.start()
-                this: dict[str, Any] = {"rate": {}, "cpu": {}, "p50": {}, "p99": {}, "cores": {}, "window": {}}
+                this: dict[str, Any] = {"rate": {}, "cpu": {}, "p50": {}, "p99": {}, "cores": {}, "window": {}, "instructions": {}}
                 # a new order every round, drawn from the round's number (as make bench does): in one
                 # fixed order the kind after worker@1af85a6 drained 1.29× as fast over 7 rounds with
                 # the same code, the after-effects of its neighbour
@@ -161,6 +162,9 @@ async def run(
                         figures = (out["records_per_s"], out["cpu_us_per_record"])
                         this["rate"][k.spec], this["cpu"][k.spec] = figures
                         line = f"{figures[0]:7.0f} records/s, {figures[1]:4.0f} µs CPU per record"
+                        if out["instructions_per_record"] is not None:
+                            this["instructions"][k.spec] = out["instructions_per_record"]
+                            line += f", {out['instructions_per_record']:9.0f} instructions per record"
                     else:
                         sources = {(new + rid[len(f"{tag}-x") :], s): x for (rid, s), x in base.event_source.items()}
                         out = await e2e.latency(stage, k.kind, e2e.Traffic(batch, sources), rate, logs, live=consumer)
@@ -232,6 +236,11 @@ def main() -> int:
         " core's C frames too (py-spy then stops the worker for each sample: that run's CPU figures do not compare)",
     )
     parser.add_argument(
+        "--instructions", action="store_true",
+        help="drain mode: every kind under valgrind's callgrind, each drain's instructions per record counted (bench/instructions.py):"
+        " a figure the host's speed does not move; counted drains run 50-100x slower (use --records 3000), their timings mean nothing",
+    )
+    parser.add_argument(
         "--grammars", default=",".join(GRAMMARS),
         help="comma-separated grammars of the traffic (default: all); against a tree that predates a grammar, the ones both know"
         " (a worker dead-letters a grammar it does not know: cheaper work, not a fair comparison)",
@@ -251,14 +260,38 @@ def main() -> int:
     if not grammars or set(grammars) - set(GRAMMARS):
         print(f"python -m bench.ab: --grammars takes some of {', '.join(GRAMMARS)}", file=sys.stderr)
         return 2
-    results = asyncio.run(run(kinds, args.mode, args.rounds, args.records, args.rate, grammars, args.profile))
+    if args.instructions and (args.mode != "drain" or instructions.available() is not None):
+        print(f"python -m bench.ab: --instructions needs --mode drain and valgrind ({instructions.available() or 'drain only'})", file=sys.stderr)
+        return 2
+    results = asyncio.run(run(kinds, args.mode, args.rounds, args.records, args.rate, grammars, args.profile, args.instructions))
     unit = ("records/s", "µs CPU per record") if args.mode == "drain" else ("p50 ms", "p99 ms")
     for spec, figures in results["figures"].items():
         first, second = statistics.median(f[0] for f in figures), statistics.median(f[1] for f in figures)
         print(f"median of {len(figures)} {spec:40s} {unit[0]} {first:.1f}, {unit[1]} {second:.1f}" + _cores(results["rounds"], spec))
+    if args.instructions:  # the timings of counted drains say nothing: no verdicts on them
+        for line in instruction_lines(results["rounds"], [k.spec for k in kinds]):
+            print(line)
+        return 0
     for line in report(results["rounds"], [k.spec for k in kinds], args.mode, args.share) + profile_lines(results["profiles"]):
         print(line)
     return 0
+
+
+def instruction_lines(rounds: list[dict[str, Any]], specs: list[str]) -> list[str]:
+    """Per kind the median instructions per record, and against the first kind the median of
+    the per-round ratios (the kinds of one round drained the same backlog)."""
+    lines = []
+    first = specs[0]
+    for spec in specs:
+        counts = [r["instructions"][spec] for r in rounds if spec in r["instructions"]]
+        if not counts:
+            continue
+        line = f"instructions per record, median of {len(counts)} {spec:40s} {statistics.median(counts):9.0f} ({min(counts):.0f}–{max(counts):.0f})"
+        ratios = [r["instructions"][spec] / r["instructions"][first] for r in rounds if {spec, first} <= r["instructions"].keys()]
+        if spec != first and ratios:
+            line += f", ÷ {first} per round: median {statistics.median(ratios):.3f} ({min(ratios):.3f}–{max(ratios):.3f})"
+        lines.append(line)
+    return lines
 
 
 def _cores(rounds: list[dict[str, Any]], spec: str) -> str:

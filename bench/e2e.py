@@ -77,6 +77,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from bench import instructions
 from bench.streams import runs, templates
 from reasonwire.contracts import topics
 from reasonwire.contracts.envelope import HEADER_EVENT_SEQ, HEADER_RUN_ID, HEADER_SEQ
@@ -206,8 +207,11 @@ class Stage:
 class Consumer:
     """A worker or passthrough OS process with its log."""
 
-    def __init__(self, kind: str, stage: Stage, log: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, kind: str, stage: Stage, log: Path, extra_env: dict[str, str] | None = None, wrapper: Sequence[str] = ()) -> None:
+        """``wrapper``: a command prefix the process starts under (``bench.instructions``)."""
         self.kind = kind
+        self.counted: Path | None = None
+        """Its callgrind output file when it runs under ``bench.instructions.wrapper``."""
         telemetry, pipelined, exporter, sampler = "on", "0", "none", {}
         if kind == "worker-no-telemetry":
             kind, telemetry = "worker", "off"
@@ -247,7 +251,7 @@ class Consumer:
         }.get(kind, "bench.passthrough")
         self.log = log
         self._out = log.open("wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", module], env=env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([*wrapper, sys.executable, "-m", module], env=env, cwd=ROOT, stdout=self._out, stderr=subprocess.STDOUT)
 
     def assigned(self) -> int | None:
         """Partitions in the latest assignment logged, or None before the first."""
@@ -351,12 +355,17 @@ def retag(records: Sequence[Record], old: str, new: str) -> list[Record]:
     return out
 
 
-async def start_live(kind: str, stage: Stage, logs: Path, extra_env: dict[str, str] | None = None) -> Consumer:
+async def start_live(kind: str, stage: Stage, logs: Path, extra_env: dict[str, str] | None = None, *, counted: bool = False) -> Consumer:
     """A consumer process that stays up for every round (its start-up and group join are not
-    in any measurement; a warm-up backlog pays its first-use costs)."""
+    in any measurement; a warm-up backlog pays its first-use costs). ``counted``: under
+    callgrind, each drain's instructions counted (:mod:`bench.instructions`)."""
     await create_topics(stage)
-    consumer = Consumer(kind, stage, logs / f"{stage.name}.log", extra_env)
-    await wait_assigned([consumer])
+    out = logs / f"{stage.name}.callgrind"
+    for stale in (out, *logs.glob(f"{out.name}.*")):  # an earlier run's dumps: each drain's is told by being new
+        stale.unlink(missing_ok=True)
+    consumer = Consumer(kind, stage, logs / f"{stage.name}.log", extra_env, wrapper=instructions.wrapper(out) if counted else ())
+    consumer.counted = out if counted else None
+    await wait_assigned([consumer], timeout=60 * (10 if counted else 1))
     return consumer
 
 
@@ -366,13 +375,17 @@ async def drain_live(consumer: Consumer, stage: Stage, records: Sequence[Record]
     consumer process's CPU per record (user + system, from the backlog's first record to its
     last commit: idle polling before and after is left out only as far as the round is).
     ``profile``: py-spy samples the drain (idle threads left out), appended to that file as
-    collapsed stacks (``bench.profiles.worker_profile`` reads them)."""
+    collapsed stacks (``bench.profiles.worker_profile`` reads them). A consumer under callgrind
+    (:attr:`Consumer.counted`): also the instructions it executed per record, from the backlog's
+    first record to its last commit."""
     total = len(records)
     admin = AIOKafkaAdminClient(bootstrap_servers=stage.bootstrap)
     await admin.start()
     samples: list[tuple[float, int]] = []
     try:
         base = await _committed(admin, stage.group)
+        if consumer.counted is not None:
+            await asyncio.to_thread(instructions.start, consumer.proc.pid)
         cpu_before = process_cpu_s(consumer.proc.pid)
         started = time.monotonic()
         with frozen([consumer]):
@@ -380,7 +393,7 @@ async def drain_live(consumer: Consumer, stage: Stage, records: Sequence[Record]
         produced_at = time.monotonic()
         part = profile.with_suffix(".part") if profile is not None else None
         spy = _py_spy(consumer.proc.pid, PROFILE_DRAIN_S, part) if part is not None else None
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 120 * (instructions.SLOWDOWN if consumer.counted is not None else 1)
         done = 0
         while done < total and time.monotonic() < deadline:
             consumer.check_alive()
@@ -388,6 +401,7 @@ async def drain_live(consumer: Consumer, stage: Stage, records: Sequence[Record]
             samples.append((time.monotonic(), done))
             await asyncio.sleep(0.05)
         cpu_used = process_cpu_s(consumer.proc.pid) - cpu_before
+        counted = await asyncio.to_thread(instructions.stop, consumer.proc.pid, consumer.counted) if consumer.counted is not None else None
         if spy is not None and profile is not None and part is not None:  # py-spy ends by itself after PROFILE_DRAIN_S
             await asyncio.to_thread(spy.wait)
             if part.exists():
@@ -400,6 +414,7 @@ async def drain_live(consumer: Consumer, stage: Stage, records: Sequence[Record]
         "kind": consumer.kind,
         "records": total,
         "cpu_us_per_record": 1e6 * cpu_used / total,
+        "instructions_per_record": None if counted is None else counted / total,
         "produce_s": produced_at - started,
         **_slope(samples, total, produced_at),
     }
@@ -640,12 +655,13 @@ async def warm_up(stage: Stage, consumer: Consumer, warm: Sequence[Record]) -> f
     await admin.start()
     base = await _committed(admin, stage.group)
     await produce(stage.bootstrap, stage.source, warm)
+    limit_s = 60 * (10 if consumer.counted is not None else 1)  # under callgrind, uncounted: ~5× slower
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + limit_s
         while await _committed(admin, stage.group) < base + len(warm):
             consumer.check_alive()
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{stage.name}: the warm-up backlog was not consumed in 60 s")
+                raise RuntimeError(f"{stage.name}: the warm-up backlog was not consumed in {limit_s} s")
             await asyncio.sleep(0.1)
     finally:
         await admin.close()

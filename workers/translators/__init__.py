@@ -46,15 +46,20 @@ def translator_class(grammar: Grammar | str) -> type[Translator]:
 TRANSLATOR_OPTIONS = ("run_id", "thread_id", "model", "issuer_scope", "issuer_provider", "fallback_run_id")
 """The keyword arguments a translator takes, each a string or None."""
 
+_GRAMMAR_NAME = f"a grammar name ({', '.join(g.value for g in Grammar)})"
+"""What ``grammar`` accepts, for its message: built once, as the worker calls
+:func:`translator_for` for every run it opens and iterating an Enum is dear."""
+
 
 def translator_for(grammar: Grammar | str, **kwargs: object) -> Translator:
     """A fresh translator for one run of ``grammar`` (a :class:`Grammar` or its name).
 
     Raises ``TypeError`` / ``ValueError`` naming the argument for a grammar that is not a name of
     one, an option the translator does not take, or an option that is not a string or None."""
-    expect(grammar, str, name="grammar", accepts=f"a grammar name ({', '.join(g.value for g in Grammar)})")
+    expect(grammar, str, name="grammar", accepts=_GRAMMAR_NAME)
     for name, value in kwargs.items():
         if name not in TRANSLATOR_OPTIONS:
             raise TypeError(f"translator_for() got an unexpected option {name!r} (takes: {', '.join(TRANSLATOR_OPTIONS)})")
-        expect_optional_str(value, name=name)
+        if value is not None and not isinstance(value, str):
+            expect_optional_str(value, name=name)  # raises, naming the option
     return translator_class(grammar)(**kwargs)  # type: ignore[arg-type]
