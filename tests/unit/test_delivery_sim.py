@@ -93,6 +93,7 @@ from reasonwire.workers.core.fence import STALL_S
 from reasonwire.workers.core.normalizer import JournalEntry, Normalizer, Outbound, RawRecord, RunKey, Step
 from reasonwire.workers.services.ingress.records import RunEnvelope, raw_records
 from reasonwire.workers.io.sse import ProviderEvent, read_events
+from reasonwire.workers.ops import native
 from reasonwire.workers.translators import translator_for
 from tests.translator_faults import Replaced
 
@@ -831,9 +832,24 @@ def test_delivery_simulation_with_the_real_translators(exploding_translators: No
         _check(seed, stub=False)
 
 
-def test_the_simulation_can_fail_a_core_that_reuses_numbers(monkeypatch: pytest.MonkeyPatch, stub_translators: None) -> None:
+def _in_pure_python(request: pytest.FixtureRequest) -> bool:
+    """Run this test again in a fresh interpreter on the pure-Python core when this one runs the
+    compiled core (and say whether it did): a test that replaces a method of ``Normalizer`` or
+    ``DeliveryMachine`` on the class is not seen by compiled callers, which call it directly."""
+    if native.status() != "compiled":
+        return False
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", request.node.nodeid], cwd=root,
+                         env={**os.environ, "RW_NATIVE": "off"}, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, f"on the pure-Python core:\n{run.stdout[-3000:]}{run.stderr[-2000:]}"
+    return True
+
+
+def test_the_simulation_can_fail_a_core_that_reuses_numbers(monkeypatch: pytest.MonkeyPatch, stub_translators: None, request: pytest.FixtureRequest) -> None:
     """The simulation is a real check: the old stale-run rule (restore from the journal whenever
     a record skips ahead, keeping nothing) makes it find different events under one number."""
+    if _in_pure_python(request):
+        return
 
     def old_restore(self: Normalizer, item: Any, journal: Any, *, ended: Any, **_: Any) -> None:
         where = core.Ended.parse(ended)
@@ -1095,11 +1111,12 @@ def test_the_simulation_reaches_the_machines_decisions(tmp_path: Path) -> None:
     machine's branch coverage over the simulation (``coverage``, in a fresh interpreter so the
     module's own lines count), printed and held above a floor."""
     pytest.importorskip("coverage")
-    import reasonwire.workers.core.delivery_machine as dm
-
+    source = "workers/core/delivery_machine.py"
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "COVERAGE_FILE": str(tmp_path / "coverage"), "RW_SIM_REACH": str(max(40, SEEDS // 10))}
-    run = subprocess.run([sys.executable, "-m", "coverage", "run", "--branch", f"--include={dm.__file__}", "-m", "tests.unit.test_delivery_sim"],
+    # on the pure-Python core (RW_NATIVE=off): coverage sees no compiled lines, and the counting
+    # wraps the machine's methods, which its compiled callers would call past the wrapper
+    env = {**os.environ, "COVERAGE_FILE": str(tmp_path / "coverage"), "RW_SIM_REACH": str(max(40, SEEDS // 10)), "RW_NATIVE": "off"}
+    run = subprocess.run([sys.executable, "-m", "coverage", "run", "--branch", f"--include=*/{source}", "-m", "tests.unit.test_delivery_sim"],
                          cwd=root, env=env, capture_output=True, text=True, check=True)
     reached = orjson.loads(run.stdout.strip().splitlines()[-1])
     report = subprocess.run([sys.executable, "-m", "coverage", "report", "--show-missing"], cwd=root, env=env, capture_output=True, text=True, check=True)

@@ -74,6 +74,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
+from mypy_extensions import mypyc_attr
+
 from reasonwire.workers.core.actions import (
     Acknowledged,
     Action,
@@ -117,11 +119,13 @@ NO_FLIGHT: Final = 0
 """The flight of a :class:`Probe` or :class:`ReadJournals` no poll waits for (the idle probe, adoption)."""
 
 
+@mypyc_attr(native_class=False)  # compiled, a class may not derive from a built-in exception
 class TransitionError(RuntimeError):
     """An input or a move the machine's tables do not allow in the state it came in: a bug, in the
     machine or in its driver (h11's ``LocalProtocolError``). Says which, in which state."""
 
 
+@mypyc_attr(native_class=False)
 class InvariantBroken(AssertionError):
     """:meth:`DeliveryMachine.invariants` found a rule broken (the message lists each)."""
 
@@ -1030,7 +1034,7 @@ class DeliveryMachine:
             if flight.expiry and flight.stage not in _DONE:  # not sent, or sent but its ended markers not written: again, identical —
                 # unless its run's records come again (a rewound partition): then judged again, from the journal
                 steps = [s for s in flight.steps if s is not None and s.run is not None and s.run not in self._moved]
-                self._unsent_expiries.update((s.run, s) for s in steps if s.ended_at is None or s.ended_at[0] not in first)
+                self._unsent_expiries.update((s.run, s) for s in steps if s.run is not None and (s.ended_at is None or s.ended_at[0] not in first))
                 self._retake([s for s in steps if s.ended_at is not None and s.ended_at[0] in first])
         out = self._retire(list(self._flights), committed=False)
         if self._moved:  # their partitions are read again: a refused expiry's run still has to end
