@@ -71,6 +71,23 @@ class _Audit:
         setattr(target, attr, wrapped)
 
 
+_INPUTS = frozenset({"poll", "journals_read", "open_runs_read", "done", "failed", "tick", "broker_answered", "assigned", "revoke", "stall", "close"})
+"""The machine's inputs: each returns the actions the adapter may perform."""
+
+
+class _AuditedMachine:
+    """The worker's machine behind a stand-in whose inputs record the actions they return (the
+    compiled machine's methods cannot be replaced on the instance); everything else passes through."""
+
+    def __init__(self, machine: Any, audit: _Audit) -> None:
+        self._machine = machine
+        self._audit = audit
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._machine, name)
+        return self._audit.returns(value) if name in _INPUTS else value
+
+
 async def test_every_delivery_io_is_an_action_the_machine_returned(primed_group: WorkerSettings, producer: Any) -> None:
     run = RunEnvelope("openai-responses", f"adapter-{uuid.uuid4().hex[:8]}", f"thread-{uuid.uuid4().hex[:6]}", tenant="acme")
     with FIXTURE.open() as f:
@@ -78,9 +95,7 @@ async def test_every_delivery_io_is_an_action_the_machine_returned(primed_group:
     telemetry = setup_telemetry(install_global=False, env={})
     app, worker = create_app(dataclasses.replace(primed_group, inactivity_timeout_s=120), telemetry)
     audit = _Audit()
-    machine = worker.machine
-    for name in ("poll", "journals_read", "open_runs_read", "done", "failed", "tick", "broker_answered", "assigned", "revoke", "stall", "close"):
-        setattr(machine, name, audit.returns(getattr(machine, name)))
+    worker.machine = _AuditedMachine(worker.machine, audit)  # type: ignore[assignment]
     store = worker.store
     failures: list[int] = []
     real_apply = store.apply
