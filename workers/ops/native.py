@@ -1,7 +1,7 @@
 """The compiled build of the sans-I/O core, used when it is present and current.
 
-``make`` compiles the hot path — the core, the translators, the envelope reader, the P8
-registry — with mypyc into ``build/native/`` (``tools/build_native.py``,
+``make`` compiles the hot path — the core and its delivery machine, the translators, the
+envelope reader, the P8 registry — with mypyc into ``build/native/`` (``tools/build_native.py``,
 about 0.7× the core's CPU per record). This module decides, once per process,
 whether the extensions are loaded in place of the ``.py`` files: only if the build is for this
 interpreter and every source it was compiled from is byte for byte the file in the tree (its
