@@ -365,7 +365,7 @@ async def start_live(kind: str, stage: Stage, logs: Path, extra_env: dict[str, s
         stale.unlink(missing_ok=True)
     consumer = Consumer(kind, stage, logs / f"{stage.name}.log", extra_env, wrapper=instructions.wrapper(out) if counted else ())
     consumer.counted = out if counted else None
-    await wait_assigned([consumer], timeout=60 * (10 if counted else 1))
+    await wait_assigned([consumer], timeout=60 * (instructions.SLOWDOWN_UNCOUNTED if counted else 1))
     return consumer
 
 
@@ -655,7 +655,7 @@ async def warm_up(stage: Stage, consumer: Consumer, warm: Sequence[Record]) -> f
     await admin.start()
     base = await _committed(admin, stage.group)
     await produce(stage.bootstrap, stage.source, warm)
-    limit_s = 60 * (10 if consumer.counted is not None else 1)  # under callgrind, uncounted: ~5× slower
+    limit_s = 60 * (instructions.SLOWDOWN_UNCOUNTED if consumer.counted is not None else 1)
     try:
         deadline = time.monotonic() + limit_s
         while await _committed(admin, stage.group) < base + len(warm):

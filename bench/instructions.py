@@ -25,6 +25,9 @@ from pathlib import Path
 SLOWDOWN = 100
 """How much longer a counted drain may take than a plain one (its deadline is scaled by this)."""
 
+SLOWDOWN_UNCOUNTED = 10
+"""The same for start-up, the group join and the warm-up, run under callgrind but not counted."""
+
 
 def available() -> str | None:
     """``None`` when valgrind and callgrind_control are on PATH, else what is missing."""

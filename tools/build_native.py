@@ -1,8 +1,8 @@
 """``python tools/build_native.py``: compile the sans-I/O core with mypyc into ``build/native/``.
 
 The worker's own logic per raw record — the translator, the normalizer's numbering, audience
-filters and serialization, the delivery machine stepping it — is a flat profile of small Python functions;
-compiled by mypyc it costs about 0.7× in process. The compiled build is optional: the same
+filters and serialization, the delivery machine stepping it — is a flat profile of small
+Python functions; compiled by mypyc it costs about 0.7× in process. The compiled build is optional: the same
 ``.py`` files are the source of truth, and :mod:`reasonwire.workers.ops.native` loads the build
 only while every source it was compiled from is unchanged (a manifest of SHA-256 digests), so
 an edit is never shadowed by a stale extension. Without a C compiler or mypy the build fails,
