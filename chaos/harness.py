@@ -878,8 +878,6 @@ class Row:
         return "PASS" if ok else "FAIL"
 
 
-
-
 def _reason(reason: str) -> str:
     """A DLQ reason without its particulars (line numbers, header values): a table label."""
     label = re.sub(r" at line \d+| \d+", "", reason.split(":", 1)[0].split(" (", 1)[0])

@@ -2,11 +2,12 @@
 
 The worker's own logic per raw record — the translator, the normalizer's numbering, audience
 filters and serialization, the delivery machine stepping it — is a flat profile of small
-Python functions; compiled by mypyc it costs about 0.7× in process. The compiled build is optional: the same
-``.py`` files are the source of truth, and :mod:`reasonwire.workers.ops.native` loads the build
-only while every source it was compiled from is unchanged (a manifest of SHA-256 digests), so
-an edit is never shadowed by a stale extension. Without a C compiler or mypy the build fails,
-says so, and everything runs as pure Python.
+Python functions; compiled by mypyc it costs about 0.7× in process. The compiled build is
+optional: the same ``.py`` files are the source of truth, and
+:mod:`reasonwire.workers.ops.native` loads the build only while every source it was compiled
+from is unchanged (a manifest of SHA-256 digests), so an edit is never shadowed by a stale
+extension. Without a C compiler or mypy the build fails, says so, and everything runs as pure
+Python.
 
 mypyc names a module by its path, so the modules are compiled from a staged copy laid out as
 installed (``reasonwire/workers/core/…``); the extensions and the shared library of the group

@@ -1033,9 +1033,9 @@ class DeliveryMachine:
         for flight in self._flights:
             if flight.expiry and flight.stage not in _DONE:  # not sent, or sent but its ended markers not written: again, identical —
                 # unless its run's records come again (a rewound partition): then judged again, from the journal
-                steps = [s for s in flight.steps if s is not None and s.run is not None and s.run not in self._moved]
-                self._unsent_expiries.update((s.run, s) for s in steps if s.run is not None and (s.ended_at is None or s.ended_at[0] not in first))
-                self._retake([s for s in steps if s.ended_at is not None and s.ended_at[0] in first])
+                held = [(s.run, s) for s in flight.steps if s is not None and s.run is not None and s.run not in self._moved]
+                self._unsent_expiries.update((run, s) for run, s in held if s.ended_at is None or s.ended_at[0] not in first)
+                self._retake([s for _, s in held if s.ended_at is not None and s.ended_at[0] in first])
         out = self._retire(list(self._flights), committed=False)
         if self._moved:  # their partitions are read again: a refused expiry's run still has to end
             self._to_scan |= {p for p in map(self.normalizer.partition_of, self._moved) if p is not None} & self._owned

@@ -60,6 +60,5 @@ def translator_for(grammar: Grammar | str, **kwargs: object) -> Translator:
     for name, value in kwargs.items():
         if name not in TRANSLATOR_OPTIONS:
             raise TypeError(f"translator_for() got an unexpected option {name!r} (takes: {', '.join(TRANSLATOR_OPTIONS)})")
-        if value is not None and not isinstance(value, str):
-            expect_optional_str(value, name=name)  # raises, naming the option
+        expect_optional_str(value, name=name)
     return translator_class(grammar)(**kwargs)  # type: ignore[arg-type]
